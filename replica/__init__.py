@@ -1,0 +1,26 @@
+"""fleetgate, replica side: what runs inside every service instance.
+
+``PausablePool`` is the pausable worker pool; the rest of the replica (controller, work source,
+HTTP side) builds on it. This package never imports ``coordinator``.
+"""
+
+from replica.errors import (
+    ConfigError,
+    ContractError,
+    FleetgateError,
+    InvalidMessage,
+    ItemCancelled,
+    PoolClosed,
+)
+from replica.pool import PausablePool, PoolStats
+
+__all__ = [
+    "ConfigError",
+    "ContractError",
+    "FleetgateError",
+    "InvalidMessage",
+    "ItemCancelled",
+    "PausablePool",
+    "PoolClosed",
+    "PoolStats",
+]

@@ -1,0 +1,45 @@
+"""Every exception fleetgate raises on the replica side.
+
+The hierarchy::
+
+    FleetgateError                 base of everything fleetgate raises
+    ├── PoolClosed                 put() after drain()/stop(): the pool hands work back, takes none
+    ├── ItemCancelled              passed to on_error for an item cut off by drain() past its deadline
+    ├── ConfigError                a setting or handler reference that cannot work (exit status 2)
+    └── ContractError              a value that breaks the Redis contract (bad fleet name, bad state)
+        └── InvalidMessage         a control-channel message that is not a valid state (ignored, counted)
+
+``TimeoutError`` (the builtin) is raised by ``pause()``, ``join()`` and ``drain()`` waits that
+run out, as asyncio itself does; ``asyncio.QueueFull`` by ``put_nowait()`` on a full pool.
+"""
+
+from __future__ import annotations
+
+
+class FleetgateError(Exception):
+    """Base class for every error fleetgate raises."""
+
+
+class PoolClosed(FleetgateError):
+    """The pool was drained or stopped: it takes no new items."""
+
+
+class ItemCancelled(FleetgateError):
+    """An in-flight item was cancelled because a drain ran past its deadline."""
+
+
+class ConfigError(FleetgateError):
+    """A configuration value that cannot work."""
+
+
+class ContractError(FleetgateError, ValueError):
+    """A value that breaks the Redis contract."""
+
+
+class InvalidMessage(ContractError):
+    """A control-channel message that is not a valid fleet state."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail

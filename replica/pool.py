@@ -1,0 +1,564 @@
+"""PausablePool: an asyncio worker pool that can stop taking work without stopping.
+
+Design (why it is not the guide's Event gate):
+
+* Items wait in one FIFO deque. A worker takes an item only while the gate is open: it either
+  pops the head of the deque or parks itself as an idle *slot* that ``put()`` fills directly.
+  Nothing is ever put back at the tail, so start order is put order across any number of
+  pause/resume cycles.
+* An item handed to a parked slot whose worker has not run yet is *reserved*, not started.
+  ``pause()`` takes every reservation back (to the head of the deque, in order) before it
+  returns control, so no item starts after ``pause()`` was called, even on a worker that was
+  already waiting for an item.
+* The gate is a set of named holds (``Holds``): paused while any source holds it.
+* The hot path has no per-item Event wait: a busy worker pops and runs; only an idle worker
+  creates a future.
+
+Where an item is, at every moment: in the deque (``queued``), reserved for a slot (counted in
+``queued`` too), in a handler (``in_flight``), done, or handed back by ``drain()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Final
+
+from replica.errors import ItemCancelled, PoolClosed
+from replica.holds import Holds
+from replica.types import ErrorHook, Handler, Item, Listener
+
+log = logging.getLogger(__name__)
+
+_EMPTY: Final = object()
+DRAIN_SOURCE: Final = "drain"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """A snapshot of the pool's counters and state."""
+
+    processed: int
+    """Items whose handler returned."""
+    failed: int
+    """Items whose handler raised (timeouts not included)."""
+    timed_out: int
+    """Items cancelled at ``item_timeout``."""
+    cancelled: int
+    """Items cut off by a drain past its deadline."""
+    put: int
+    """Items accepted by ``put()``/``put_nowait()`` in all."""
+    handed_back: int
+    """Items returned unstarted by ``drain()``."""
+    in_flight: int
+    queued: int
+    workers: int
+    maxsize: int
+    paused: bool
+    holds: Mapping[str, str]
+    paused_since: datetime | None
+    """Wall-clock UTC time the current pause began, or None while running."""
+    pause_seconds: float
+    """How long the current pause has lasted (0.0 while running)."""
+    closed: bool
+
+
+class _Slot:
+    """A parked worker: ``put()`` fills ``item`` and wakes ``fut``."""
+
+    __slots__ = ("fut", "item", "seq")
+
+    def __init__(self, fut: asyncio.Future[None]) -> None:
+        self.fut = fut
+        self.item: Any = _EMPTY
+        self.seq = 0
+
+
+class PausablePool:
+    """A pool of asyncio workers that can be paused by several independent sources.
+
+    ``handler`` is ``async def handler(item)``; ``on_error(item, exc)`` (plain or async) hears
+    about failures, timeouts and cancelled items. ``maxsize`` bounds the queue (0: unbounded).
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        workers: int = 4,
+        maxsize: int = 0,
+        item_timeout: float | None = None,
+        on_error: ErrorHook | None = None,
+        *,
+        name: str = "pool",
+        shutdown_grace_period_s: float = 30.0,
+    ) -> None:
+        if workers < 1:
+            raise ValueError("workers must be at least 1")
+        if maxsize < 0:
+            raise ValueError("maxsize must be 0 (unbounded) or more")
+        if item_timeout is not None and item_timeout <= 0:
+            raise ValueError("item_timeout must be positive or None")
+        self._handler = handler
+        self._workers = workers
+        self._maxsize = maxsize
+        self._item_timeout = item_timeout
+        self._on_error = on_error
+        self.name = name
+        self.shutdown_grace_period_s = shutdown_grace_period_s
+
+        self._items: deque[tuple[int, Item]] = deque()
+        self._idle: deque[_Slot] = deque()  # parked workers, oldest first
+        self._reserved: set[_Slot] = set()  # slots filled but whose worker has not started yet
+        self._putters: deque[asyncio.Future[None]] = deque()
+        self._quiet_waiters: list[asyncio.Future[None]] = []
+        self._join_waiters: list[asyncio.Future[None]] = []
+        self._listeners: list[Listener] = []
+        self._holds = Holds()
+        self._seq = 0
+        self._in_flight = 0
+        self._unfinished = 0
+        self._running_items: dict[asyncio.Task[Any], Item] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+        self._started = False
+        self._drained: list[Item] | None = None
+        self.handed_back: list[Item] = []
+        """Items the last drain returned unstarted (kept so ``async with`` loses nothing)."""
+
+        self._processed = 0
+        self._failed = 0
+        self._timed_out = 0
+        self._cancelled = 0
+        self._put = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> PausablePool:
+        """Start the workers; returns once every worker is parked and ready. Idempotent."""
+        if self._closed:
+            raise PoolClosed(f"{self.name} is closed")
+        if self._started:
+            return self
+        self._started = True
+        self._tasks = [
+            asyncio.create_task(self._worker(), name=f"{self.name}-worker-{i}")
+            for i in range(self._workers)
+        ]
+        # Readiness handshake: let every worker reach its first parking spot.
+        while len(self._idle) + self._in_flight < self._workers and not self._items_ready():
+            await asyncio.sleep(0)
+        return self
+
+    async def __aenter__(self) -> PausablePool:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def stop(self, timeout: float | None = None) -> list[Item]:
+        """Drain (with ``shutdown_grace_period_s`` unless ``timeout`` is given), then cancel the
+        workers. Idempotent. Returns the unstarted items, also kept in ``handed_back``."""
+        if self._drained is None:
+            try:
+                await self.drain(self.shutdown_grace_period_s if timeout is None else timeout)
+            except BaseException:
+                await self._cancel_workers()
+                raise
+        await self._cancel_workers()
+        return list(self.handed_back)
+
+    async def _cancel_workers(self) -> None:
+        tasks = [t for t in self._tasks if not t.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------------ producers
+
+    def put_nowait(self, item: Item) -> None:
+        """Add ``item``; raises ``asyncio.QueueFull`` when the bounded queue is full."""
+        if self._closed:
+            raise PoolClosed(f"{self.name} is drained: it takes no new items")
+        if self._maxsize and len(self._items) + len(self._reserved) >= self._maxsize:
+            raise asyncio.QueueFull
+        self._seq += 1
+        self._put += 1
+        self._unfinished += 1
+        if self._idle and not self._holds:
+            self._hand(self._idle.popleft(), self._seq, item)
+        else:
+            self._items.append((self._seq, item))
+
+    async def put(self, item: Item) -> None:
+        """Add ``item``, waiting while the bounded queue is full (paused or not)."""
+        while self._maxsize and len(self._items) + len(self._reserved) >= self._maxsize:
+            if self._closed:
+                break
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._putters.append(fut)
+            try:
+                await fut
+            except BaseException:
+                fut.cancel()
+                if fut in self._putters:
+                    self._putters.remove(fut)
+                # pass the wake-up on if we were woken and then cancelled
+                if not self._full():
+                    self._wake_putter()
+                raise
+        self.put_nowait(item)
+
+    def _full(self) -> bool:
+        return bool(self._maxsize) and len(self._items) + len(self._reserved) >= self._maxsize
+
+    def _wake_putter(self) -> None:
+        while self._putters:
+            fut = self._putters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+
+    # ------------------------------------------------------------------ pause switch
+
+    def hold(self, reason: str, source: str = "operator") -> bool:
+        """Pause on behalf of ``source`` without waiting. True when the pool just paused.
+
+        Holding again with the same source updates its reason.
+        """
+        if source in self._holds and self._holds.items[source] == reason:
+            return False
+        just_paused = self._holds.hold(source, reason)
+        self._revoke()
+        if just_paused:
+            log.info(
+                "%s paused by %s (%s): %d in flight, %d queued",
+                self.name, source, reason, self._in_flight, self.queued,
+            )
+            self._emit("paused")
+            if self._in_flight == 0:
+                self._emit("quiet")
+        else:
+            log.info("%s hold %s: %s (held by %s)", self.name, source, reason, self._holds.names())
+        return just_paused
+
+    async def pause(
+        self, reason: str = "paused", source: str = "operator", timeout: float | None = 30.0
+    ) -> None:
+        """Stop handing out items at once, then wait until nothing is in flight.
+
+        Raises ``TimeoutError`` when in-flight items outlast ``timeout``; the pool stays paused.
+        Cancelling the wait leaves the hold in place.
+        """
+        self.hold(reason, source)
+        await self.wait_quiet(timeout)
+
+    def resume(self, source: str = "operator") -> bool:
+        """Release ``source``'s hold. True when that resumed the pool; a no-op for a source that
+        holds nothing."""
+        if source not in self._holds or (source == DRAIN_SOURCE and self._closed):
+            return False
+        resumed = self._holds.release(source)
+        if resumed and not self._closed:
+            log.info("%s resumed by %s: %d queued", self.name, source, self.queued)
+            self._dispatch()
+            self._emit("resumed")
+        else:
+            log.info("%s released by %s, still held by %s", self.name, source, self._holds.names())
+        return resumed
+
+    release = resume
+
+    async def wait_quiet(self, timeout: float | None = None) -> None:
+        """Wait until nothing is in flight (does not pause by itself)."""
+        if self._in_flight == 0:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._quiet_waiters.append(fut)
+        try:
+            async with asyncio.timeout(timeout):
+                await fut
+        finally:
+            if fut in self._quiet_waiters:
+                self._quiet_waiters.remove(fut)
+
+    async def wait_for(self, paused: bool) -> None:
+        """Wait until the pool is paused (``True``) or running (``False``)."""
+        await self._holds.wait_for(paused)
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(event)`` on "paused", "resumed", "quiet" (paused and nothing in
+        flight) and "drained". Listeners run synchronously and must not block."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def paused(self) -> bool:
+        return bool(self._holds)
+
+    @property
+    def holds(self) -> dict[str, str]:
+        """``{source: reason}`` of the pauses in force."""
+        return dict(self._holds.items)
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def queued(self) -> int:
+        return len(self._items) + len(self._reserved)
+
+    @property
+    def quiet(self) -> bool:
+        """Paused and nothing in flight."""
+        return self.paused and self._in_flight == 0
+
+    @property
+    def maxsize(self) -> int:
+        return self._maxsize
+
+    @property
+    def workers(self) -> int:
+        return self._workers
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def stats(self) -> PoolStats:
+        since = self._holds.since_monotonic
+        return PoolStats(
+            processed=self._processed,
+            failed=self._failed,
+            timed_out=self._timed_out,
+            cancelled=self._cancelled,
+            put=self._put,
+            handed_back=len(self.handed_back),
+            in_flight=self._in_flight,
+            queued=self.queued,
+            workers=self._workers,
+            maxsize=self._maxsize,
+            paused=self.paused,
+            holds=self.holds,
+            paused_since=self._holds.since,
+            pause_seconds=0.0 if since is None else time.monotonic() - since,
+            closed=self._closed,
+        )
+
+    # ------------------------------------------------------------------ join / drain
+
+    async def join(self, timeout: float | None = None) -> None:
+        """Wait until every item put so far is done (or handed back)."""
+        if self._unfinished == 0:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._join_waiters.append(fut)
+        try:
+            async with asyncio.timeout(timeout):
+                await fut
+        finally:
+            if fut in self._join_waiters:
+                self._join_waiters.remove(fut)
+
+    async def drain(self, timeout: float | None = 30.0) -> list[Item]:
+        """Stop taking items, let in-flight ones finish, return the unstarted ones in order.
+
+        Past ``timeout`` the in-flight items are cancelled and reported to ``on_error`` with
+        ``ItemCancelled``. After a drain, ``put()`` raises ``PoolClosed``. A second call returns
+        the same list.
+        """
+        if self._drained is not None:
+            return list(self._drained)
+        self._closed = True
+        self._holds.hold(DRAIN_SOURCE, "draining")
+        self._revoke()
+        unstarted = [item for _, item in self._items]
+        self._items.clear()
+        self._unfinished -= len(unstarted)
+        self.handed_back = unstarted
+        self._drained = unstarted
+        for fut in self._putters:
+            if not fut.done():
+                fut.set_result(None)  # they will see PoolClosed
+        log.info(
+            "%s draining: %d in flight, %d handed back", self.name, self._in_flight, len(unstarted)
+        )
+        try:
+            await self.wait_quiet(timeout)
+        except TimeoutError:
+            running = list(self._running_items)
+            log.warning(
+                "%s drain deadline (%ss) passed: cancelling %d in-flight items",
+                self.name, timeout, len(running),
+            )
+            for task in running:
+                task.cancel()
+            await asyncio.shield(self._gather_cancelled(running))
+        self._check_join()
+        self._emit("drained")
+        return list(unstarted)
+
+    async def _gather_cancelled(self, tasks: list[asyncio.Task[Any]]) -> None:
+        # Worker tasks catch the cancellation of their item, report it and exit.
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)
+
+    # ------------------------------------------------------------------ internals
+
+    def _hand(self, slot: _Slot, seq: int, item: Item) -> None:
+        slot.item = item
+        slot.seq = seq
+        self._reserved.add(slot)
+        slot.fut.set_result(None)
+
+    def _items_ready(self) -> bool:
+        return bool(self._items) and not self._holds
+
+    def _dispatch(self) -> None:
+        """Fill parked workers from the head of the deque (gate open)."""
+        while self._idle and self._items and not self._holds:
+            seq, item = self._items.popleft()
+            self._hand(self._idle.popleft(), seq, item)
+
+    def _revoke(self) -> None:
+        """Take back reservations of workers that have not started yet (head of the deque)."""
+        if not self._reserved:
+            return
+        taken = sorted(self._reserved, key=lambda s: s.seq, reverse=True)
+        for slot in taken:
+            self._items.appendleft((slot.seq, slot.item))
+            slot.item = _EMPTY
+        self._reserved.clear()
+
+    def _emit(self, event: str) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("%s listener failed on %s", self.name, event)
+
+    def _check_join(self) -> None:
+        if self._unfinished == 0 and self._join_waiters:
+            for fut in self._join_waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def _worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        items = self._items
+        holds = self._holds
+        task = asyncio.current_task()
+        assert task is not None
+        while True:
+            if items and not holds:
+                _, item = items.popleft()
+                if self._putters:
+                    self._wake_putter()
+            else:
+                slot = _Slot(loop.create_future())
+                self._idle.append(slot)
+                try:
+                    await slot.fut
+                except asyncio.CancelledError:
+                    if slot in self._idle:
+                        self._idle.remove(slot)
+                    if slot in self._reserved:  # handed but never started: back to the head
+                        self._reserved.discard(slot)
+                        self._items.appendleft((slot.seq, slot.item))
+                    raise
+                item = slot.item
+                if item is _EMPTY:  # reservation revoked by a pause
+                    continue
+                self._reserved.discard(slot)
+                if self._putters:
+                    self._wake_putter()
+            await self._run(item, task)
+
+    async def _run(self, item: Item, task: asyncio.Task[Any]) -> None:
+        self._in_flight += 1
+        self._running_items[task] = item
+        try:
+            error: BaseException | None = None
+            deadline: asyncio.Timeout | None = None
+            try:
+                if self._item_timeout is None:
+                    await self._handler(item)
+                else:
+                    deadline = asyncio.timeout(self._item_timeout)
+                    async with deadline:
+                        await self._handler(item)
+                self._processed += 1
+            except TimeoutError as exc:
+                if deadline is not None and deadline.expired():
+                    self._timed_out += 1
+                    log.warning("%s item timed out after %ss", self.name, self._item_timeout)
+                else:
+                    self._failed += 1
+                error = exc
+            except asyncio.CancelledError:
+                self._cancelled += 1
+                await self._report_cancelled(item)
+                raise
+            except Exception as exc:
+                self._failed += 1
+                error = exc
+            if error is not None:
+                await self._report(item, error)
+        finally:
+            self._finish(task)
+
+    def _finish(self, task: asyncio.Task[Any]) -> None:
+        self._running_items.pop(task, None)
+        self._in_flight -= 1
+        self._unfinished -= 1
+        if self._in_flight == 0:
+            if self._quiet_waiters:
+                for fut in self._quiet_waiters:
+                    if not fut.done():
+                        fut.set_result(None)
+            if self._holds:
+                self._emit("quiet")
+        if self._unfinished == 0 and self._join_waiters:
+            self._check_join()
+
+    async def _report(self, item: Item, exc: BaseException) -> None:
+        if self._on_error is None:
+            if not isinstance(exc, TimeoutError):
+                log.error("%s handler failed: %r", self.name, exc)
+            return
+        try:
+            result = self._on_error(item, exc)
+            if inspect.isawaitable(result):
+                await result
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s on_error hook failed", self.name)
+
+    async def _report_cancelled(self, item: Item) -> None:
+        # We are being cancelled: report within a bound, then let the cancellation through.
+        try:
+            async with asyncio.timeout(1.0):
+                await self._report(item, ItemCancelled("drain deadline passed"))
+        except (TimeoutError, asyncio.CancelledError):
+            log.warning("%s on_error for a cancelled item did not finish", self.name)
+
+

