@@ -10,6 +10,7 @@ from replica.errors import (
     FleetgateError,
     InvalidMessage,
     ItemCancelled,
+    ItemTimeout,
     PoolClosed,
 )
 from replica.pool import PausablePool, PoolStats
@@ -20,6 +21,7 @@ __all__ = [
     "FleetgateError",
     "InvalidMessage",
     "ItemCancelled",
+    "ItemTimeout",
     "PausablePool",
     "PoolClosed",
     "PoolStats",

@@ -5,6 +5,8 @@ The hierarchy::
     FleetgateError                 base of everything fleetgate raises
     ├── PoolClosed                 put() after drain()/stop(): the pool hands work back, takes none
     ├── ItemCancelled              passed to on_error for an item cut off by drain() past its deadline
+    ├── ItemTimeout                passed to on_error for an item that ran past item_timeout
+    │                              (also a builtin TimeoutError)
     ├── ConfigError                a setting or handler reference that cannot work (exit status 2)
     └── ContractError              a value that breaks the Redis contract (bad fleet name, bad state)
         └── InvalidMessage         a control-channel message that is not a valid state (ignored, counted)
@@ -26,6 +28,10 @@ class PoolClosed(FleetgateError):
 
 class ItemCancelled(FleetgateError):
     """An in-flight item was cancelled because a drain ran past its deadline."""
+
+
+class ItemTimeout(FleetgateError, TimeoutError):
+    """An item's handler ran past ``item_timeout`` and was cancelled."""
 
 
 class ConfigError(FleetgateError):

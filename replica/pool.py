@@ -31,7 +31,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Final
 
-from replica.errors import ItemCancelled, PoolClosed
+from replica.errors import ItemCancelled, ItemTimeout, PoolClosed
 from replica.holds import Holds
 from replica.types import ErrorHook, Handler, Item, Listener
 
@@ -73,12 +73,21 @@ class PoolStats:
 class _Slot:
     """A parked worker: ``put()`` fills ``item`` and wakes ``fut``."""
 
-    __slots__ = ("fut", "item", "seq")
+    __slots__ = ("fut", "item")
 
     def __init__(self, fut: asyncio.Future[None]) -> None:
         self.fut = fut
         self.item: Any = _EMPTY
-        self.seq = 0
+
+
+class _Worker:
+    """What one worker task is running (``_EMPTY`` while it is not running an item)."""
+
+    __slots__ = ("item", "task")
+
+    def __init__(self, task: asyncio.Task[None] | None) -> None:
+        self.task = task
+        self.item: Any = _EMPTY
 
 
 class PausablePool:
@@ -113,21 +122,24 @@ class PausablePool:
         self.name = name
         self.shutdown_grace_period_s = shutdown_grace_period_s
 
-        self._items: deque[tuple[int, Item]] = deque()
+        self._items: deque[Item] = deque()
         self._idle: deque[_Slot] = deque()  # parked workers, oldest first
-        self._reserved: set[_Slot] = set()  # slots filled but whose worker has not started yet
+        # Slots filled but whose worker has not started yet, in reservation (= FIFO) order.
+        self._reserved: dict[_Slot, None] = {}
+        self._open = True  # no hold is on: the one flag the hot path reads
         self._putters: deque[asyncio.Future[None]] = deque()
         self._quiet_waiters: list[asyncio.Future[None]] = []
         self._join_waiters: list[asyncio.Future[None]] = []
         self._listeners: list[Listener] = []
         self._holds = Holds()
-        self._seq = 0
         self._in_flight = 0
         self._unfinished = 0
-        self._running_items: dict[asyncio.Task[Any], Item] = {}
+        self._busy: list[_Worker] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
         self._started = False
+        self._ready = asyncio.Event()
+        self._ready_count = 0
         self._drained: list[Item] | None = None
         self.handed_back: list[Item] = []
         """Items the last drain returned unstarted (kept so ``async with`` loses nothing)."""
@@ -151,9 +163,8 @@ class PausablePool:
             asyncio.create_task(self._worker(), name=f"{self.name}-worker-{i}")
             for i in range(self._workers)
         ]
-        # Readiness handshake: let every worker reach its first parking spot.
-        while len(self._idle) + self._in_flight < self._workers and not self._items_ready():
-            await asyncio.sleep(0)
+        # Readiness handshake: start() returns once every worker is running its loop.
+        await self._ready.wait()
         return self
 
     async def __aenter__(self) -> PausablePool:
@@ -194,13 +205,12 @@ class PausablePool:
             raise PoolClosed(f"{self.name} is drained: it takes no new items")
         if self._maxsize and len(self._items) + len(self._reserved) >= self._maxsize:
             raise asyncio.QueueFull
-        self._seq += 1
         self._put += 1
         self._unfinished += 1
-        if self._idle and not self._holds:
-            self._hand(self._idle.popleft(), self._seq, item)
+        if self._idle and self._open:
+            self._hand(self._idle.popleft(), item)
         else:
-            self._items.append((self._seq, item))
+            self._items.append(item)
 
     async def put(self, item: Item) -> None:
         """Add ``item``, waiting while the bounded queue is full (paused or not)."""
@@ -241,6 +251,7 @@ class PausablePool:
         if source in self._holds and self._holds.items[source] == reason:
             return False
         just_paused = self._holds.hold(source, reason)
+        self._open = False
         self._revoke()
         if just_paused:
             log.info(
@@ -271,6 +282,7 @@ class PausablePool:
         if source not in self._holds or (source == DRAIN_SOURCE and self._closed):
             return False
         resumed = self._holds.release(source)
+        self._open = not self._holds
         if resumed and not self._closed:
             log.info("%s resumed by %s: %d queued", self.name, source, self.queued)
             self._dispatch()
@@ -389,8 +401,9 @@ class PausablePool:
             return list(self._drained)
         self._closed = True
         self._holds.hold(DRAIN_SOURCE, "draining")
+        self._open = False
         self._revoke()
-        unstarted = [item for _, item in self._items]
+        unstarted = list(self._items)
         self._items.clear()
         self._unfinished -= len(unstarted)
         self.handed_back = unstarted
@@ -404,7 +417,7 @@ class PausablePool:
         try:
             await self.wait_quiet(timeout)
         except TimeoutError:
-            running = list(self._running_items)
+            running = [w.task for w in self._busy if w.item is not _EMPTY and w.task is not None]
             log.warning(
                 "%s drain deadline (%ss) passed: cancelling %d in-flight items",
                 self.name, timeout, len(running),
@@ -423,28 +436,23 @@ class PausablePool:
 
     # ------------------------------------------------------------------ internals
 
-    def _hand(self, slot: _Slot, seq: int, item: Item) -> None:
+    def _hand(self, slot: _Slot, item: Item) -> None:
         slot.item = item
-        slot.seq = seq
-        self._reserved.add(slot)
+        self._reserved[slot] = None
         slot.fut.set_result(None)
-
-    def _items_ready(self) -> bool:
-        return bool(self._items) and not self._holds
 
     def _dispatch(self) -> None:
         """Fill parked workers from the head of the deque (gate open)."""
-        while self._idle and self._items and not self._holds:
-            seq, item = self._items.popleft()
-            self._hand(self._idle.popleft(), seq, item)
+        while self._idle and self._items and self._open:
+            self._hand(self._idle.popleft(), self._items.popleft())
 
     def _revoke(self) -> None:
-        """Take back reservations of workers that have not started yet (head of the deque)."""
+        """Take back reservations of workers that have not started yet, to the head of the
+        deque in their original order (reservations are older than anything in the deque)."""
         if not self._reserved:
             return
-        taken = sorted(self._reserved, key=lambda s: s.seq, reverse=True)
-        for slot in taken:
-            self._items.appendleft((slot.seq, slot.item))
+        for slot in reversed(self._reserved):
+            self._items.appendleft(slot.item)
             slot.item = _EMPTY
         self._reserved.clear()
 
@@ -461,15 +469,30 @@ class PausablePool:
                 if not fut.done():
                     fut.set_result(None)
 
+    def _settle(self) -> None:
+        """Called when in-flight work drops to zero or every item is done."""
+        if self._in_flight == 0:
+            for fut in self._quiet_waiters:
+                if not fut.done():
+                    fut.set_result(None)
+            if not self._open and self._listeners:
+                self._emit("quiet")
+        if self._unfinished == 0:
+            self._check_join()
+
     async def _worker(self) -> None:
         loop = asyncio.get_running_loop()
         items = self._items
-        holds = self._holds
-        task = asyncio.current_task()
-        assert task is not None
+        handler = self._handler
+        me = _Worker(asyncio.current_task())
+        self._busy.append(me)
+        self._ready_count += 1
+        if self._ready_count == self._workers:
+            self._ready.set()
         while True:
-            if items and not holds:
-                _, item = items.popleft()
+            # -- take an item: only while the gate is open, from the head, never put back
+            if self._open and items:
+                item = items.popleft()
                 if self._putters:
                     self._wake_putter()
             else:
@@ -480,64 +503,67 @@ class PausablePool:
                 except asyncio.CancelledError:
                     if slot in self._idle:
                         self._idle.remove(slot)
-                    if slot in self._reserved:  # handed but never started: back to the head
-                        self._reserved.discard(slot)
-                        self._items.appendleft((slot.seq, slot.item))
+                    if slot in self._reserved:  # handed but never started: give it back
+                        self._revoke()
+                        self._dispatch()
                     raise
                 item = slot.item
                 if item is _EMPTY:  # reservation revoked by a pause
                     continue
-                self._reserved.discard(slot)
+                del self._reserved[slot]
                 if self._putters:
                     self._wake_putter()
-            await self._run(item, task)
-
-    async def _run(self, item: Item, task: asyncio.Task[Any]) -> None:
-        self._in_flight += 1
-        self._running_items[task] = item
-        try:
-            error: BaseException | None = None
-            deadline: asyncio.Timeout | None = None
+            # -- run it
+            self._in_flight += 1
+            me.item = item
             try:
                 if self._item_timeout is None:
-                    await self._handler(item)
+                    await handler(item)
                 else:
-                    deadline = asyncio.timeout(self._item_timeout)
-                    async with deadline:
-                        await self._handler(item)
+                    await self._call_with_deadline(item)
                 self._processed += 1
-            except TimeoutError as exc:
-                if deadline is not None and deadline.expired():
-                    self._timed_out += 1
-                    log.warning("%s item timed out after %ss", self.name, self._item_timeout)
-                else:
-                    self._failed += 1
-                error = exc
             except asyncio.CancelledError:
                 self._cancelled += 1
+                self._done(me)
                 await self._report_cancelled(item)
                 raise
             except Exception as exc:
-                self._failed += 1
-                error = exc
-            if error is not None:
-                await self._report(item, error)
-        finally:
-            self._finish(task)
+                try:
+                    await self._failed_item(item, exc)
+                finally:
+                    self._done(me)
+                continue
+            # -- done (inlined _done: this is the hot path)
+            me.item = _EMPTY
+            self._in_flight -= 1
+            self._unfinished -= 1
+            if not self._in_flight and (self._quiet_waiters or not self._open or not self._unfinished):
+                self._settle()
 
-    def _finish(self, task: asyncio.Task[Any]) -> None:
-        self._running_items.pop(task, None)
+    def _done(self, me: _Worker) -> None:
+        me.item = _EMPTY
         self._in_flight -= 1
         self._unfinished -= 1
-        if self._in_flight == 0:
-            if self._quiet_waiters:
-                for fut in self._quiet_waiters:
-                    if not fut.done():
-                        fut.set_result(None)
-            if self._holds:
-                self._emit("quiet")
-        if self._unfinished == 0 and self._join_waiters:
-            self._check_join()
+        if not self._in_flight or not self._unfinished:
+            self._settle()
+
+    async def _call_with_deadline(self, item: Item) -> None:
+        deadline = asyncio.timeout(self._item_timeout)
+        try:
+            async with deadline:
+                await self._handler(item)
+        except TimeoutError as exc:
+            if deadline.expired():
+                raise ItemTimeout(f"item ran past item_timeout={self._item_timeout}s") from exc
+            raise
+
+    async def _failed_item(self, item: Item, exc: Exception) -> None:
+        if isinstance(exc, ItemTimeout):
+            self._timed_out += 1
+            log.warning("%s item timed out after %ss", self.name, self._item_timeout)
+        else:
+            self._failed += 1
+        await self._report(item, exc)
 
     async def _report(self, item: Item, exc: BaseException) -> None:
         if self._on_error is None:

@@ -1,0 +1,1 @@
+"""fleetgate benchmarks: ratios against a baseline measured in the same run."""

@@ -1,0 +1,53 @@
+"""`make bench`: run every benchmark, print a table, write JSON to bench/results/."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MODULES = ["bench.pool", "bench.fanout"]
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.3f}".rstrip("0").rstrip(".")
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def main(argv: list[str]) -> int:
+    wanted = argv or MODULES
+    rows: list[dict[str, Any]] = []
+    for name in wanted:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            print(f"skipping {name}: {exc}", file=sys.stderr)
+            continue
+        print(f"running {name} ...", file=sys.stderr, flush=True)
+        rows.extend(module.run())
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    payload = {"when": stamp, "python": platform.python_version(), "machine": platform.machine(), "rows": rows}
+    (out / f"bench-{stamp}.json").write_text(json.dumps(payload, indent=2))
+    (out / "latest.json").write_text(json.dumps(payload, indent=2))
+    header = ["bench", "case", "value", "unit", "baseline", "ratio", "goal"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(_fmt(row.get(h)) for h in header) + " |")
+    print(f"\nwritten: {out / ('bench-' + stamp + '.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
