@@ -22,7 +22,7 @@ $(TSTAMP): pyproject.toml | $(PY)
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/fleetgate demo
+	$(PY) -m coordinator.pooldemo
 
 lint: $(TSTAMP)
 	$(VENV)/bin/ruff check replica coordinator tests bench
