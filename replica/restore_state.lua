@@ -1,0 +1,28 @@
+-- fleetgate: put back a fleet state that Redis forgot (restart without persistence, a
+-- failover that lost the last write), from what a replica applied. Create-if-absent; when a
+-- hash is there, the newest version wins, except that a restore never replaces a pause with a
+-- running state (when in doubt, the fleet stays paused).
+--
+-- KEYS[1] fleetgate:{NAME}:state   KEYS[2] fleetgate:{NAME}:audit   KEYS[3] fleetgate:{NAME}:control
+-- ARGV[1] version   ARGV[2] paused ("1" or "0")   ARGV[3] now (ISO 8601 UTC, ms)
+-- ARGV[4] who restores (replica id or coordinator)   ARGV[5] audit stream cap
+-- ARGV[6] the state as a control message (JSON)     ARGV[7..] field, value, ... of the hash
+--
+-- Returns 1 when it wrote the hash, 0 when the hash already holds a state that wins.
+local mine = tonumber(ARGV[1])
+local cur = redis.call('HMGET', KEYS[1], 'version', 'paused')
+if cur[1] or cur[2] then
+  local theirs = tonumber(cur[1] or '0') or 0
+  if theirs >= mine then return 0 end
+  local truthy = {['1'] = true, ['true'] = true, ['yes'] = true, ['on'] = true}
+  if truthy[string.lower(cur[2] or '0')] and ARGV[2] ~= '1' then return 0 end
+  redis.call('DEL', KEYS[1])
+end
+local fields = {}
+for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*',
+  'action', 'restore', 'reason', 'state hash was missing or older', 'by', ARGV[4],
+  'version', ARGV[1], 'at', ARGV[3])
+redis.call('PUBLISH', KEYS[3], ARGV[6])
+return 1
