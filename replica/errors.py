@@ -8,6 +8,8 @@ The hierarchy::
     ├── ItemTimeout                passed to on_error for an item that ran past item_timeout
     │                              (also a builtin TimeoutError)
     ├── ConfigError                a setting or handler reference that cannot work (exit status 2)
+    │   └── InvalidDuration        a duration ("30m", "90s") that cannot be read or is out of bounds
+    │                              (also a builtin ValueError)
     └── ContractError              a value that breaks the Redis contract (bad fleet name, bad state)
         └── InvalidMessage         a control-channel message that is not a valid state (ignored, counted)
 
@@ -36,6 +38,10 @@ class ItemTimeout(FleetgateError, TimeoutError):
 
 class ConfigError(FleetgateError):
     """A configuration value that cannot work."""
+
+
+class InvalidDuration(ConfigError, ValueError):
+    """A duration ("30m", "90s", "2h") that cannot be read or is outside its bounds."""
 
 
 class ContractError(FleetgateError, ValueError):
