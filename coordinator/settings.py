@@ -1,19 +1,31 @@
 """The coordinator's settings: ``FLEETGATE_*`` environment variables (pydantic-settings).
 
 One object for the CLI and the HTTP server. Durations accept seconds or text ("30m", "90s").
-Tokens are ``SecretStr`` so they never show in a repr or a log line.
+Tokens are ``SecretStr`` so they never show in a repr or a log line. The limits on what an
+operator types (``check_reason``) live here too, so the CLI and the API apply the same ones.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from coordinator.durations import parse_duration
 from replica.contract import validate_fleet
+
+MAX_REASON: Final = 500
+"""The longest pause reason (characters)."""
+
+
+def check_reason(reason: str) -> str:
+    """``reason`` without surrounding blanks: 1 to 500 printable characters, else ``ValueError``."""
+    value = reason.strip() if isinstance(reason, str) else ""
+    if not value or len(value) > MAX_REASON or not value.isprintable():
+        raise ValueError(f"reason must be 1 to {MAX_REASON} printable characters")
+    return value
 
 
 class CoordinatorSettings(BaseSettings):
@@ -88,4 +100,4 @@ class CoordinatorSettings(BaseSettings):
         return None if value is None else value.get_secret_value()
 
 
-__all__ = ["CoordinatorSettings"]
+__all__ = ["MAX_REASON", "CoordinatorSettings", "check_reason"]
