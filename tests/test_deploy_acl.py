@@ -352,21 +352,49 @@ def test_the_replica_can_maintain_its_own_record_and_registration(
     assert replica.delete(record) == 1
 
 
-def test_the_replica_poll_runs_as_one_transaction(
-    replica: redis.Redis, coordinator: redis.Redis, fleet: str
+@pytest.mark.parametrize("transaction", [False, True])
+def test_the_replica_poll_pipeline_is_allowed(
+    replica: redis.Redis, coordinator: redis.Redis, fleet: str, transaction: bool
 ) -> None:
-    """The poll: read the state, refresh its record and registration, acknowledge."""
+    """The poll of replica/controller.py: read the state and the live peers, refresh its record
+    and registration, acknowledge; as a plain pipeline or inside MULTI/EXEC."""
     coordinator.hset(key(fleet, "state"), mapping={"paused": "0", "version": "3"})
     record = key(fleet, "replica:pod-1")
-    pipe = replica.pipeline(transaction=True)
+    pipe = replica.pipeline(transaction=transaction)
     pipe.hgetall(key(fleet, "state"))
+    pipe.zrangebyscore(key(fleet, "replicas"), 0, "+inf")
     pipe.hset(record, mapping={"applied_version": "3", "state": "running"})
     pipe.pexpire(record, 15_000)
     pipe.zadd(key(fleet, "replicas"), {"pod-1": 1_700_000_000})
     pipe.publish(key(fleet, "acks"), '{"replica": "pod-1", "version": 3}')
-    state, _hset, expired, _zadd, _receivers = pipe.execute()
+    state, peers, _hset, expired, _zadd, _receivers = pipe.execute()
     assert state == {"paused": "0", "version": "3"}
+    assert peers == []
     assert expired is True
+    # Deregistration at shutdown.
+    pipe = replica.pipeline(transaction=transaction)
+    pipe.delete(record)
+    pipe.zrem(key(fleet, "replicas"), "pod-1")
+    assert pipe.execute() == [1, 1]
+
+
+def test_the_replica_dead_letters_and_acks_in_one_transaction(
+    replica: redis.Redis, coordinator: redis.Redis, fleet: str
+) -> None:
+    """replica/source.py's _move_to_dead: XADD the dead letter and XACK the work item."""
+    work = key(fleet, "work")
+    replica.xgroup_create(work, "fleetgate", id="0", mkstream=True)
+    entry = coordinator.xadd(work, {"item": "not json"})
+    replica.xreadgroup("fleetgate", "pod-1", {work: ">"}, count=1)
+    pipe = replica.pipeline(transaction=True)
+    pipe.xadd(key(fleet, "dead"), {"item": "not json", "entry": entry, "error": "malformed"})
+    pipe.xack(work, "fleetgate", entry)
+    _dead_id, acked = pipe.execute()
+    assert acked == 1
+    assert coordinator.xlen(key(fleet, "dead")) == 1
+    # Renewing a lease: XPENDING for its own consumer, then XCLAIM JUSTID.
+    assert replica.xpending_range(work, "fleetgate", "-", "+", 10, consumername="pod-1") == []
+    assert replica.xclaim(work, "fleetgate", "pod-1", 0, [entry], justid=True) == []
 
 
 def test_the_replica_can_consume_the_work_stream(
@@ -724,6 +752,66 @@ def test_the_codes_restore_state_script_is_denied_to_the_replica(
     assert coordinator.hgetall(key(fleet, "state")) == {"paused": "1", "version": "3"}
 
 
+def _contract_keys(fleet: str) -> Any:
+    try:
+        from replica.contract import Keys
+    except ImportError as exc:
+        pytest.skip(f"replica.contract (the code's key layout) is not importable: {exc}")
+    return Keys(fleet)
+
+
+@pytest.mark.parametrize(
+    ("user", "command", "allowed"),
+    [
+        ("replica", "HGETALL {state}", True),
+        ("replica", "HSET {state} paused 0", False),
+        ("replica", "XADD {audit} * action resume", False),
+        ("replica", "PUBLISH {control} x", False),
+        ("replica", "SUBSCRIBE {control}", True),
+        ("replica", "PUBLISH {acks} x", True),
+        ("replica", "SUBSCRIBE {acks}", False),
+        ("replica", "HSET {record} state running", True),
+        ("replica", "PEXPIRE {record} 1000", True),
+        ("replica", "ZADD {replicas} 1 pod", True),
+        ("replica", "ZRANGEBYSCORE {replicas} 0 +inf", True),
+        ("replica", "XREADGROUP GROUP fleetgate pod STREAMS {work} >", True),
+        ("replica", "XACK {work} fleetgate 1-0", True),
+        ("replica", "XADD {work} * item x", False),
+        ("replica", "XADD {dead} * item x", True),
+        ("replica", "HINCRBY {demo_done} item 1", True),
+        ("replica", "XADD {demo_log} * item x", True),
+        ("coordinator", "HSET {state} paused 1", True),
+        ("coordinator", "XADD {audit} * action pause", True),
+        ("coordinator", "PUBLISH {control} x", True),
+        ("coordinator", "SUBSCRIBE {acks}", True),
+        ("coordinator", "XADD {work} * item x", True),
+        ("coordinator", "ZREM {replicas} pod", True),
+        ("coordinator", "DEL {record}", True),
+    ],
+)
+def test_the_codes_key_layout_gets_the_intended_permissions(
+    admin: redis.Redis, user: str, command: str, allowed: bool
+) -> None:
+    """The keys and channels replica.contract.Keys names (not this file's own key()) are the
+    ones the ACL patterns grant or deny; checked with ACL DRYRUN."""
+    keys = _contract_keys("orders.eu-1")
+    names = {
+        "state": keys.state,
+        "audit": keys.audit,
+        "control": keys.control,
+        "acks": keys.acks,
+        "replicas": keys.replicas,
+        "record": keys.replica("pod-7c9d:worker@node-1"),
+        "work": keys.work,
+        "dead": keys.dead,
+        "demo_done": keys.demo_done,
+        "demo_log": keys.demo_log,
+    }
+    args = [names[part[1:-1]] if part.startswith("{") else part for part in command.split()]
+    verdict = admin.execute_command("ACL", "DRYRUN", user, *args)
+    assert (verdict == "OK") is allowed, f"{user}: {' '.join(args)} -> {verdict}"
+
+
 # --- every valid fleet name --------------------------------------------------------------------
 
 
@@ -735,7 +823,8 @@ def test_the_codes_restore_state_script_is_denied_to_the_replica(
 )
 @given(
     name=st.from_regex(FLEET_NAME, fullmatch=True),
-    replica_id=st.from_regex(r"[a-z0-9-]{1,40}", fullmatch=True),
+    # Replica ids as replica.contract allows them (pod names, host-pid, ...).
+    replica_id=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,80}", fullmatch=True),
 )
 def test_for_every_valid_fleet_name_the_replica_writes_its_record_but_never_the_state(
     replica: redis.Redis, coordinator: redis.Redis, name: str, replica_id: str

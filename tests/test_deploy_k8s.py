@@ -8,6 +8,7 @@ KUBERNETES_VERSION. No cluster and no Docker engine are needed.
 
 from __future__ import annotations
 
+import ast
 import base64
 import re
 import shlex
@@ -667,6 +668,22 @@ def test_the_commands_the_deployment_runs_are_console_scripts_of_the_distributio
     for name, service in compose["services"].items():
         if name != "redis":
             assert service["command"][0] in scripts, name
+
+
+def test_the_handler_the_deployment_names_is_an_async_function_of_the_code(
+    dev_objects: list[Obj],
+) -> None:
+    handler = _named_prefix(dev_objects, "ConfigMap", "fleetgate-config")["data"]["handler"]
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))
+    for name, service in compose["services"].items():
+        if service.get("command") == ["fleetgate-replica"]:
+            assert service["environment"]["FLEETGATE_HANDLER"] == handler, name
+    module, _, function = handler.partition(":")
+    source = REPO.joinpath(*module.split(".")).with_suffix(".py")
+    assert source.exists(), f"{handler}: no {source.relative_to(REPO)}"
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    functions = {n.name for n in tree.body if isinstance(n, ast.AsyncFunctionDef)}
+    assert function in functions, f"{handler}: no `async def {function}` in {source.name}"
 
 
 # --- compose -----------------------------------------------------------------------------------
