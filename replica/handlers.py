@@ -1,0 +1,126 @@
+"""Work handlers: loading ``"module:function"`` references, and the context handlers run in.
+
+A handler is ``async def handle(item)``: ``item`` is the decoded JSON of a work stream entry.
+It succeeds by returning and fails by raising; the source acknowledges, retries or dead-letters.
+
+A handler that needs the replica's Redis client, fleet or id calls ``context()`` (a context
+variable the service sets before the workers start), so the signature stays one argument.
+
+A circuit breaker is plugged in by giving the handler function, or its module, an attribute
+``breaker`` (anything with a ``state`` of closed / open / half-open, e.g. a
+``replica.breaker.AsyncCircuitBreaker`` or a ``pybreaker.CircuitBreaker``): the service then
+pauses the pool while it is open (``follow_breaker``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import re
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Final
+
+import redis.asyncio as aioredis
+
+from replica.contract import Keys
+from replica.errors import ConfigError
+from replica.types import Handler
+
+HANDLER_REF_RE: Final = re.compile(
+    r"(?P<module>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)"
+    r":(?P<attr>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerContext:
+    """What a handler may use besides its item."""
+
+    redis: aioredis.Redis
+    """The replica's Redis client (``decode_responses=True``)."""
+    fleet: str
+    replica_id: str
+    keys: Keys
+    settings: Any = None
+    """The ``ReplicaSettings`` of the running replica (None in tests that build a context)."""
+
+
+_context: ContextVar[HandlerContext] = ContextVar("fleetgate_handler_context")
+
+
+def context() -> HandlerContext:
+    """The context of the replica running this handler. Raises ``RuntimeError`` outside one."""
+    try:
+        return _context.get()
+    except LookupError:
+        raise RuntimeError(
+            "no fleetgate handler context: this handler runs inside a replica (or a test must "
+            "enter replica.handlers.use_context(...))"
+        ) from None
+
+
+@contextlib.contextmanager
+def use_context(ctx: HandlerContext) -> Iterator[HandlerContext]:
+    """Set the handler context for tasks created inside the block (workers copy it at start)."""
+    token = _context.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _context.reset(token)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedHandler:
+    """A handler and the breaker it exposes, if any."""
+
+    ref: str
+    func: Handler
+    breaker: Any = None
+
+
+def _is_async_callable(obj: Any) -> bool:
+    if inspect.iscoroutinefunction(obj):
+        return True
+    call = getattr(obj, "__call__", None)  # noqa: B004 - an async __call__ counts too
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def load_handler(ref: str | None) -> LoadedHandler:
+    """Import ``"module:function"``. Raises ``ConfigError`` (one line) when it cannot work."""
+    if ref is None or not ref.strip():
+        raise ConfigError("no handler: set FLEETGATE_HANDLER or --handler module:function")
+    ref = ref.strip()
+    match = HANDLER_REF_RE.fullmatch(ref)
+    if match is None:
+        raise ConfigError(f"handler {ref[:80]!r} is not of the form module:function")
+    module_name, attr_path = match["module"], match["attr"]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise ConfigError(f"handler {ref!r}: no module named {exc.name!r}") from None
+        raise ConfigError(f"handler {ref!r}: importing {module_name} failed: {exc}") from None
+    except Exception as exc:
+        raise ConfigError(
+            f"handler {ref!r}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    obj: Any = module
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"handler {ref!r}: {module_name} has no {attr_path!r}") from None
+    if not _is_async_callable(obj):
+        raise ConfigError(f"handler {ref!r} is not an async function (async def handle(item))")
+    breaker = getattr(obj, "breaker", None)
+    if breaker is None:
+        breaker = getattr(module, "breaker", None)
+    if breaker is not None and not hasattr(breaker, "state"):
+        raise ConfigError(f"handler {ref!r}: its breaker has no 'state' attribute")
+    return LoadedHandler(ref=ref, func=obj, breaker=breaker)
+
+
+__all__ = ["HandlerContext", "LoadedHandler", "context", "load_handler", "use_context"]
