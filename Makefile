@@ -12,7 +12,7 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -e '.[demo]'
 	touch $@
 
 $(TSTAMP): pyproject.toml | $(PY)
