@@ -215,7 +215,8 @@ def describe_error(exc: ValidationError, env_prefix: str = "FLEETGATE_") -> str:
         return msg
     name = env_prefix + loc[0].upper()
     value = first.get("input")
-    shown = "" if "token" in loc[0] or isinstance(value, dict) else f" (got {str(value)[:60]!r})"
+    hidden = "token" in loc[0] or isinstance(value, dict) or str(value)[:40] in msg
+    shown = "" if hidden else f" (got {str(value)[:60]!r})"
     return f"{name}: {msg}{shown}"
 
 

@@ -229,6 +229,10 @@ class StreamSource:
         return len(self._local)
 
     @property
+    def reader_task(self) -> asyncio.Task[None] | None:
+        return self._reader
+
+    @property
     def breaker(self) -> Any:
         return self._breaker
 
@@ -460,8 +464,12 @@ class StreamSource:
             self._requeue(work)
 
     def _requeue(self, work: WorkItem) -> None:
+        """Run ``work`` again: at once when the pool runs (the reader may be blocked in a
+        read), else when the reader next feeds retries."""
         if work.entry_id in self._local:
             self._retry.append(work)
+            if not self._breaker_open():
+                self._feed_retries()
         self._wake.set()
 
     async def _deliveries(self, entry_id: str) -> int | None:
