@@ -4,6 +4,7 @@
 HTTP side) builds on it. This package never imports ``coordinator``.
 """
 
+from replica.controller import ControllerStats, FleetController
 from replica.errors import (
     ConfigError,
     ContractError,
@@ -18,6 +19,8 @@ from replica.pool import PausablePool, PoolStats
 __all__ = [
     "ConfigError",
     "ContractError",
+    "ControllerStats",
+    "FleetController",
     "FleetgateError",
     "InvalidMessage",
     "ItemCancelled",
