@@ -1,0 +1,116 @@
+"""Generate the README's configuration section from the settings classes, so it cannot drift.
+
+    python scripts/gen_config_docs.py           # print the section
+    python scripts/gen_config_docs.py --write   # replace it in README.md
+    python scripts/gen_config_docs.py --check   # exit 1 when README.md differs
+
+The section is everything between ``<!-- section:config -->`` and ``<!-- /section:config -->``.
+tests/test_config_docs.py fails when the README and this generator disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pydantic_settings import BaseSettings
+
+from replica.settings import BreakerSettings, ReplicaSettings, settings_table
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+BEGIN = "<!-- section:config -->"
+END = "<!-- /section:config -->"
+
+INTRO = """\
+Every setting is an environment variable. `fleetgate-replica` also takes each of its own as a
+flag (`FLEETGATE_WORKERS` is `--workers`; a flag wins over the environment). Durations are in
+seconds. A value that cannot work (a bad URL, an unknown handler, no admin token, a port in use)
+stops the process at once with one line on stderr and exit status 2.
+`fleetgate-replica --config-docs` prints the tables below."""
+
+REPLICA = """\
+### Replica (`fleetgate-replica`)
+
+The handler is `async def handle(item)`: `item` is the JSON of a work stream entry's `item`
+field. It succeeds by returning; it fails by raising (retried, then dead-lettered). A handler
+that needs the replica's Redis client, fleet or id calls `replica.handlers.context()`.
+`replica.demo:sleep` is the built-in demo handler."""
+
+BREAKER = """\
+### Circuit breaker
+
+A handler plugs a breaker in by giving the function, or its module, an attribute `breaker`:
+anything with a `state` of closed / open / half-open (`pybreaker.CircuitBreaker` works as it
+is). The replica then holds its pool with `source="breaker"` while the breaker is open, and
+releases only that hold when it is not. The default breaker is
+`replica.breaker.AsyncCircuitBreaker`:
+
+```python
+from replica.breaker import AsyncCircuitBreaker
+
+breaker = AsyncCircuitBreaker()          # FLEETGATE_BREAKER_FAIL_MAX / _RESET_TIMEOUT
+
+async def handle(item):
+    async with breaker:
+        await call_the_dependency(item)
+```"""
+
+COORDINATOR = """\
+### Coordinator (`fleetgate`)"""
+
+
+def _coordinator_settings() -> type[BaseSettings] | None:
+    try:
+        from coordinator.settings import CoordinatorSettings
+    except ImportError:
+        return None
+    return CoordinatorSettings
+
+
+def section() -> str:
+    """The section's content (without the markers)."""
+    parts = [INTRO, REPLICA, settings_table(ReplicaSettings), BREAKER,
+             settings_table(BreakerSettings)]
+    coordinator = _coordinator_settings()
+    if coordinator is not None:
+        parts += [COORDINATOR, settings_table(coordinator)]
+    return "\n\n".join(parts)
+
+
+def current(text: str) -> str:
+    """The section's content as it is in ``text``."""
+    start = text.index(BEGIN) + len(BEGIN)
+    end = text.index(END, start)
+    return text[start:end].strip("\n")
+
+
+def replace(text: str, content: str) -> str:
+    start = text.index(BEGIN) + len(BEGIN)
+    end = text.index(END, start)
+    return text[:start] + "\n" + content + "\n" + text[end:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="update README.md in place")
+    mode.add_argument("--check", action="store_true", help="exit 1 when README.md differs")
+    args = parser.parse_args(argv)
+    content = section()
+    if args.write:
+        README.write_text(replace(README.read_text(), content))
+        return 0
+    if args.check:
+        if current(README.read_text()) != content:
+            print("README.md's configuration section is stale: run "
+                  "python scripts/gen_config_docs.py --write", file=sys.stderr)
+            return 1
+        return 0
+    print(content)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
