@@ -8,6 +8,7 @@
 -- ARGV[6] auto_resume_at (ISO or "") ARGV[7] resume_stagger_s
 -- ARGV[8] fleet name                 ARGV[9] audit stream cap
 -- ARGV[10] "1" to create the hash even though replicas are registered and it is missing
+-- ARGV[11] prune: replica ids whose last heartbeat (ms) is older than this leave the set ("" keeps all)
 --
 -- Returns {"missing"} when the hash is gone while replicas are registered (Redis forgot:
 -- restore from the replica records first), {"noop", field, value, ...} for a resume of a
@@ -27,6 +28,10 @@ end
 
 if #cur == 0 and ARGV[10] ~= '1' and redis.call('ZCARD', KEYS[4]) > 0 then
   return {'missing'}
+end
+
+if ARGV[11] and ARGV[11] ~= '' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. ARGV[11])
 end
 
 local truthy = {['1'] = true, ['true'] = true, ['yes'] = true, ['on'] = true}

@@ -1,0 +1,544 @@
+"""coordinator.Fleet: the operator's side of the control plane, as a library.
+
+    fleet = Fleet(redis, "orders")
+    state = await fleet.pause("db maintenance", by="alice", expected_for=timedelta(minutes=30))
+    report = await fleet.wait(state.version, timeout=60.0)
+    state = await fleet.resume(by="alice", stagger=timedelta(seconds=30))
+
+A change is one script (``replica/set_state.lua``): bump the version, write the state hash,
+append to the audit stream, publish on the control channel. ``wait`` subscribes to the
+replicas' acknowledgements before it reads their records (so nothing falls between the two),
+then resolves from the acknowledgements as they come, with a slow poll of the records as a
+fallback. No method does a round trip per replica.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from redis.asyncio import Redis
+
+from coordinator.models import (
+    WHY_IN_FLIGHT,
+    WHY_RESUME_PENDING,
+    WHY_STALE_VERSION,
+    WHY_UNREACHABLE,
+    AuditEvent,
+    ReplicaInfo,
+    ReplicaResult,
+    WaitReport,
+)
+from replica.contract import (
+    AUDIT_MAXLEN,
+    CONTROL_CONNECTED,
+    ITEM_FIELD,
+    MAX_STAGGER_S,
+    R_APPLIED_AT,
+    R_APPLIED_STATE,
+    R_APPLIED_VERSION,
+    R_CONTROL,
+    R_FLEET_HELD,
+    R_HEARTBEAT_AT,
+    R_HEARTBEAT_INTERVAL,
+    R_IN_FLIGHT,
+    R_QUIET,
+    R_QUIET_AT,
+    R_RESUME_AT,
+    RESTORE_STATE_LUA,
+    SET_STATE_LUA,
+    STALE_HEARTBEATS,
+    Ack,
+    FleetState,
+    Keys,
+    check_text,
+    format_time,
+    now_utc,
+    parse_time,
+    restore_args,
+    text,
+    timedelta_s,
+    validate_fleet,
+)
+from replica.errors import ContractError, InvalidMessage
+
+log = logging.getLogger(__name__)
+
+READ_RECORDS_LUA: Final = """
+-- fleetgate: read many replica records in one command (KEYS: the record keys, one slot).
+-- With ARGV: HMGET of those fields per record; without: HGETALL per record.
+local out = {}
+for i, key in ipairs(KEYS) do
+  if #ARGV > 0 then
+    out[i] = redis.call('HMGET', key, unpack(ARGV))
+  else
+    out[i] = redis.call('HGETALL', key)
+  end
+end
+return out
+"""
+
+_WAIT_FIELDS: Final = (
+    R_APPLIED_VERSION, R_FLEET_HELD, R_QUIET, R_IN_FLIGHT, R_APPLIED_AT, R_QUIET_AT,
+    R_CONTROL, R_HEARTBEAT_AT, R_HEARTBEAT_INTERVAL, R_RESUME_AT,
+)
+_BATCH: Final = 500
+"""Records read per script call (bounded so one call never blocks Redis long)."""
+PRUNE_AFTER: Final = timedelta(hours=1)
+"""A replica id silent this long leaves the ``replicas`` set at the next change."""
+
+
+class _View:
+    """What ``wait`` knows of one replica."""
+
+    __slots__ = (
+        "alive", "applied_at", "applied_version", "control", "fleet_held", "id", "in_flight",
+        "quiet", "quiet_at", "resume_at",
+    )
+
+    def __init__(self, replica_id: str) -> None:
+        self.id = replica_id
+        self.alive = False
+        self.applied_version = 0
+        self.fleet_held = False
+        self.quiet = False
+        self.in_flight = 0
+        self.applied_at: datetime | None = None
+        self.quiet_at: datetime | None = None
+        self.resume_at: datetime | None = None
+        self.control = "unknown"
+
+    def reached(self, version: int, pause: bool) -> bool:
+        if self.applied_version < version:
+            return False
+        if pause:
+            return self.fleet_held and self.quiet
+        return not self.fleet_held
+
+    def from_record(self, values: Sequence[Any], now: float) -> None:
+        v = dict(zip(_WAIT_FIELDS, (text(x) if x is not None else None for x in values),
+                     strict=True))
+        if v[R_APPLIED_VERSION] is None and v[R_HEARTBEAT_AT] is None:
+            self.alive = False  # the record expired
+            self.control = "unknown"
+            return
+        try:
+            interval = float(v[R_HEARTBEAT_INTERVAL] or 10.0)
+            beat = parse_time(v[R_HEARTBEAT_AT])
+            version = int(v[R_APPLIED_VERSION] or 0)
+        except (ValueError, ContractError):
+            self.alive = False
+            return
+        self.alive = beat is not None and now - beat.timestamp() <= STALE_HEARTBEATS * interval
+        if version >= self.applied_version:
+            self.applied_version = version
+            self.fleet_held = v[R_FLEET_HELD] == "1"
+            self.quiet = v[R_QUIET] == "1"
+            self.in_flight = int(v[R_IN_FLIGHT] or 0)
+            self.applied_at = _time_or_none(v[R_APPLIED_AT]) or self.applied_at
+            self.quiet_at = _time_or_none(v[R_QUIET_AT]) if self.quiet else None
+            self.resume_at = _time_or_none(v[R_RESUME_AT])
+        self.control = v[R_CONTROL] or "unknown"
+
+    def from_ack(self, ack: Ack) -> None:
+        self.alive = True
+        self.control = CONTROL_CONNECTED
+        if ack.version < self.applied_version:
+            return
+        if ack.version > self.applied_version or self.applied_at is None:
+            self.applied_at = ack.at
+        self.applied_version = ack.version
+        self.fleet_held = ack.fleet_held
+        self.quiet = ack.quiet
+        self.in_flight = ack.in_flight
+        self.resume_at = ack.resume_at
+        if ack.quiet and self.quiet_at is None:
+            self.quiet_at = ack.at
+
+
+def _time_or_none(value: str | None) -> datetime | None:
+    try:
+        return parse_time(value)
+    except ContractError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    state: FleetState
+    members: dict[str, float]
+
+
+class Fleet:
+    """One fleet's control plane, seen from the operator's side.
+
+    ``redis`` is a ``redis.asyncio.Redis`` client with or without ``decode_responses``.
+    ``wait_poll_interval`` is how often ``wait`` re-reads the records of the replicas it has
+    not heard from (the fallback to acknowledgements).
+    """
+
+    def __init__(self, redis: Redis, name: str, *, wait_poll_interval: float = 0.5) -> None:
+        self._redis = redis
+        self._name = validate_fleet(name)
+        self._keys = Keys(name)
+        self.wait_poll_interval = wait_poll_interval
+        self._set_state = redis.register_script(SET_STATE_LUA)
+        self._restore = redis.register_script(RESTORE_STATE_LUA)
+        self._read_records = redis.register_script(READ_RECORDS_LUA)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def keys(self) -> Keys:
+        return self._keys
+
+    @property
+    def redis(self) -> Redis:
+        """The client this fleet talks through."""
+        return self._redis
+
+    def __repr__(self) -> str:
+        return f"Fleet({self._name!r})"
+
+    # ------------------------------------------------------------------ changes
+
+    async def pause(
+        self,
+        reason: str,
+        by: str,
+        expected_for: timedelta | float | None = None,
+        auto_resume_after: timedelta | float | None = None,
+        *,
+        resume_stagger: timedelta | float | None = None,
+    ) -> FleetState:
+        """Pause the fleet. Pausing a paused fleet keeps its ``since`` and updates the reason
+        (and the times). ``expected_for`` only informs (alerts, dashboards);
+        ``auto_resume_after`` ends the pause on every replica's own clock, with no coordinator
+        running, spread over ``resume_stagger`` when given. Durations are timedeltas or seconds."""
+        check_text("reason", reason)
+        check_text("by", by)
+        if not reason.strip():
+            raise ContractError("a pause needs a reason")
+        if not by.strip():
+            raise ContractError("say who pauses (by=)")
+        now = now_utc()
+        expected = _positive("expected_for", expected_for)
+        auto = _positive("auto_resume_after", auto_resume_after)
+        return await self._change(
+            "pause", reason, by, now,
+            expected_until=now + expected if expected is not None else None,
+            auto_resume_at=now + auto if auto is not None else None,
+            stagger=resume_stagger,
+        )
+
+    async def resume(self, by: str, stagger: timedelta | float | None = None) -> FleetState:
+        """Resume the fleet; with ``stagger``, each replica waits an offset derived from its id,
+        spread evenly over that window. Resuming a running fleet changes nothing and returns
+        the state."""
+        check_text("by", by)
+        if not by.strip():
+            raise ContractError("say who resumes (by=)")
+        return await self._change("resume", "", by, now_utc(), stagger=stagger)
+
+    async def _change(
+        self,
+        action: str,
+        reason: str,
+        by: str,
+        now: datetime,
+        expected_until: datetime | None = None,
+        auto_resume_at: datetime | None = None,
+        stagger: timedelta | float | None = None,
+    ) -> FleetState:
+        window = timedelta_s(stagger)
+        if not 0 <= window <= MAX_STAGGER_S:
+            raise ContractError(f"stagger must be 0 to {MAX_STAGGER_S:g} seconds")
+        keys = self._keys
+        prune_before = int((now - PRUNE_AFTER).timestamp() * 1000)
+        args: list[str] = [
+            action, reason, by, format_time(now), format_time(expected_until),
+            format_time(auto_resume_at), f"{window:g}", self._name, str(AUDIT_MAXLEN), "0",
+            str(prune_before),
+        ]
+        script_keys = [keys.state, keys.audit, keys.control, keys.replicas]
+        result = await self._set_state(keys=script_keys, args=args)
+        if text(result[0]) == "missing":
+            # Redis forgot the hash, or the fleet was never paused: put back what the
+            # replicas applied (if anything) before changing it, so versions never go back
+            if await self.restore_if_missing():
+                log.warning("fleet %s: the state hash was missing at %s: restored it from the "
+                            "replica records first", self._name, action)
+            args[9] = "1"
+            result = await self._set_state(keys=script_keys, args=args)
+        status = text(result[0])
+        fields = [text(x) for x in result[1:]]
+        state = FleetState.from_hash(self._name, dict(zip(fields[::2], fields[1::2], strict=True)))
+        if status == "ok":
+            log.info("fleet %s: %s v%d by %s%s", self._name,
+                     "paused" if state.paused else "resumed", state.version, by,
+                     f" ({reason})" if reason else "")
+        return state
+
+    async def restore_if_missing(self) -> bool:
+        """Put the state hash back from the replica records when Redis forgot it (or holds an
+        older version than a replica applied): the newest applied version wins, and a pause is
+        never replaced by a running state. The coordinator's side of what every replica tries
+        on its own (replicas may lack the permission). True when it wrote the hash."""
+        snapshot = await self._snapshot()
+        ids = list(snapshot.members)
+        newest: FleetState | None = None
+        for values in await self._records(ids, (R_APPLIED_STATE,)):
+            raw = values[0]
+            if raw is None or raw == b"" or raw == "":
+                continue
+            try:
+                applied = FleetState.from_json(text(raw), self._name)
+            except InvalidMessage:
+                continue
+            if newest is None or applied.version > newest.version:
+                newest = applied
+        if newest is None or newest.version == 0:
+            return False
+        if snapshot.state.version >= newest.version:
+            return False
+        keys = self._keys
+        written = await self._restore(
+            keys=[keys.state, keys.audit, keys.control],
+            args=restore_args(newest, "coordinator"),
+        )
+        if int(written):
+            log.warning("fleet %s: restored the state hash at v%d (%s) from the replica records",
+                        self._name, newest.version, "paused" if newest.paused else "running")
+            return True
+        return False
+
+    # ------------------------------------------------------------------ reading
+
+    async def state(self) -> FleetState:
+        """The fleet's state (the initial running state, version 0, when there is no hash).
+
+        A pause past its ``auto_resume_at`` still reads ``paused`` here (replicas have resumed
+        on their own clocks): see ``FleetState.effectively_paused()``."""
+        return FleetState.from_hash(self._name, await self._redis.hgetall(self._keys.state))
+
+    async def replicas(self, include_stale: bool = True) -> list[ReplicaInfo]:
+        """Every replica in the ``replicas`` set, sorted by id; a replica whose heartbeat is too
+        old (or whose record expired) is marked ``stale``."""
+        members = await self._members()
+        ids = sorted(members)
+        records = await self._records(ids, ())
+        now = now_utc()
+        out = []
+        for replica_id, flat in zip(ids, records, strict=True):
+            pairs = [text(x) for x in flat]
+            raw = dict(zip(pairs[::2], pairs[1::2], strict=True))
+            info = ReplicaInfo.from_record(self._name, replica_id, raw, members[replica_id], now)
+            if include_stale or not info.stale:
+                out.append(info)
+        return out
+
+    async def history(self, limit: int = 50) -> list[AuditEvent]:
+        """The latest audit events, newest first."""
+        entries: Any = await self._redis.xrevrange(self._keys.audit, count=max(1, int(limit)))
+        return [AuditEvent.from_entry(entry_id, fields) for entry_id, fields in entries or []]
+
+    async def enqueue(self, items: Iterable[Any]) -> list[str]:
+        """Append each item (as JSON, field ``item``) to the work stream, pipelined; returns
+        the entry ids."""
+        pipe = self._redis.pipeline(transaction=False)
+        count = 0
+        for item in items:
+            fields: dict[Any, Any] = {ITEM_FIELD: json.dumps(item)}
+            pipe.xadd(self._keys.work, fields)
+            count += 1
+        if not count:
+            return []
+        return [text(x) for x in await pipe.execute()]
+
+    async def _members(self) -> dict[str, float]:
+        raw: Any = await self._redis.zrange(self._keys.replicas, 0, -1, withscores=True)
+        return {text(member): float(score) for member, score in raw}
+
+    async def _snapshot(self) -> _Snapshot:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hgetall(self._keys.state)
+        pipe.zrange(self._keys.replicas, 0, -1, withscores=True)
+        raw_state, raw_members = await pipe.execute()
+        return _Snapshot(
+            state=FleetState.from_hash(self._name, raw_state),
+            members={text(m): float(s) for m, s in raw_members},
+        )
+
+    async def _records(self, ids: Sequence[str], fields: Sequence[str]) -> list[list[Any]]:
+        """The records of ``ids`` (HMGET of ``fields``, or HGETALL when empty), in order, in one
+        script call per batch."""
+        out: list[list[Any]] = []
+        for i in range(0, len(ids), _BATCH):
+            batch = ids[i:i + _BATCH]
+            result = await self._read_records(
+                keys=[self._keys.replica(r) for r in batch], args=list(fields)
+            )
+            out.extend(list(x) for x in result)
+        return out
+
+    # ------------------------------------------------------------------ wait
+
+    async def wait(self, version: int, timeout: float = 60.0) -> WaitReport:
+        """Wait until every live replica applied ``version`` and, for a pause, is quiet (for a
+        resume: no longer held by the fleet). Never raises on timeout: the report says who did
+        not get there and why."""
+        t0 = time.monotonic()
+        deadline = t0 + max(0.0, timeout)
+        views: dict[str, _View] = {}
+        pause = True
+        state: FleetState | None = None
+        async with self._redis.pubsub() as pubsub:
+            await pubsub.subscribe(self._keys.acks)
+            await self._confirm_subscription(pubsub, deadline)
+            snapshot = await self._snapshot()
+            state = snapshot.state
+            pause = state.paused
+            await self._refresh(views, list(snapshot.members))
+            required = {r for r, v in views.items() if v.alive}
+            pending = {r for r in required if not views[r].reached(version, pause)}
+            next_fallback = time.monotonic() + self.wait_poll_interval
+            while pending:
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                message = await pubsub.get_message(timeout=min(deadline, next_fallback) - now)
+                while message is not None:
+                    self._on_ack(message, views, required, pending, version, pause)
+                    message = await pubsub.get_message(timeout=0)
+                if pending and time.monotonic() >= next_fallback:
+                    members = await self._members()
+                    gone = [r for r in pending if r not in members]
+                    for r in gone:  # stopped cleanly (left the set)
+                        pending.discard(r)
+                        required.discard(r)
+                    new = [r for r in members if r not in views]
+                    await self._refresh(views, [*pending, *new])
+                    for r in new:
+                        if views[r].alive:
+                            required.add(r)
+                    for r in [*pending, *new]:
+                        if r in required and views[r].reached(version, pause):
+                            pending.discard(r)
+                    next_fallback = time.monotonic() + self.wait_poll_interval
+            if pending:
+                # final word from the records, for an accurate why
+                await self._refresh(views, list(pending))
+                pending = {r for r in pending if not views[r].reached(version, pause)}
+        elapsed = time.monotonic() - t0
+        changed = state.changed_at or state.since if state is not None else None
+        results = [
+            self._result(views[r], version, pause, r not in pending, changed)
+            for r in sorted(required)
+        ]
+        report = WaitReport(
+            version=version,
+            ok=not pending,
+            action="pause" if pause else "resume",
+            elapsed_s=elapsed,
+            replicas=results,
+        )
+        if pending:
+            log.warning("fleet %s: %d of %d replicas did not reach v%d within %.1f s: %s",
+                        self._name, len(pending), len(results), version, timeout,
+                        ", ".join(f"{r.id} ({r.why})" for r in report.stragglers[:10]))
+        return report
+
+    async def _confirm_subscription(self, pubsub: Any, deadline: float) -> None:
+        while True:
+            left = deadline - time.monotonic()
+            message = await pubsub.get_message(timeout=max(0.05, min(left, 5.0)))
+            if message is not None and text(message.get("type")) == "subscribe":
+                return
+            if message is None and left <= 0:
+                raise TimeoutError("no confirmation of the subscription to acknowledgements")
+
+    async def _refresh(self, views: dict[str, _View], ids: list[str]) -> None:
+        records = await self._records(ids, _WAIT_FIELDS)
+        now = time.time()
+        for replica_id, values in zip(ids, records, strict=True):
+            view = views.get(replica_id)
+            if view is None:
+                view = views[replica_id] = _View(replica_id)
+            view.from_record(values, now)
+
+    def _on_ack(
+        self,
+        message: Mapping[str, Any],
+        views: dict[str, _View],
+        required: set[str],
+        pending: set[str],
+        version: int,
+        pause: bool,
+    ) -> None:
+        if text(message.get("type")) != "message":
+            return
+        try:
+            ack = Ack.from_json(message.get("data") or b"")
+        except InvalidMessage:
+            return
+        view = views.get(ack.replica)
+        if view is None:
+            view = views[ack.replica] = _View(ack.replica)
+            required.add(ack.replica)
+            pending.add(ack.replica)
+        view.from_ack(ack)
+        if ack.replica in pending and view.reached(version, pause):
+            pending.discard(ack.replica)
+
+    @staticmethod
+    def _result(
+        view: _View, version: int, pause: bool, reached: bool, changed: datetime | None
+    ) -> ReplicaResult:
+        why: str | None = None
+        if not reached:
+            behind = view.applied_version < version
+            if not view.alive or (behind and view.control != CONTROL_CONNECTED):
+                why = WHY_UNREACHABLE
+            elif behind:
+                why = WHY_STALE_VERSION
+            elif pause:
+                why = WHY_IN_FLIGHT
+            else:
+                why = WHY_RESUME_PENDING
+
+        def after(t: datetime | None) -> float | None:
+            if t is None or changed is None:
+                return None
+            return round(max(0.0, (t - changed).total_seconds()), 6)
+
+        applied = view.applied_version >= version
+        return ReplicaResult(
+            id=view.id,
+            reached=reached,
+            applied_version=view.applied_version,
+            acked_at=view.applied_at if applied else None,
+            quiet_at=view.quiet_at if pause and view.quiet else None,
+            applied_after_s=after(view.applied_at) if applied else None,
+            quiet_after_s=after(view.quiet_at) if pause and view.quiet else None,
+            in_flight=view.in_flight,
+            why=why,
+        )
+
+
+def _positive(name: str, value: timedelta | float | None) -> timedelta | None:
+    if value is None:
+        return None
+    seconds = timedelta_s(value)
+    if not seconds > 0:
+        raise ContractError(f"{name} must be positive")
+    return timedelta(seconds=seconds)
+
+
+__all__ = ["Fleet"]

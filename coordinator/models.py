@@ -1,0 +1,293 @@
+"""What the coordinator reads back from Redis: replicas, wait reports and audit events."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from replica.contract import (
+    CONTROL_CONNECTED,
+    R_APPLIED_AT,
+    R_APPLIED_STATE,
+    R_APPLIED_VERSION,
+    R_CONTROL,
+    R_FAILED,
+    R_FLEET_HELD,
+    R_HEARTBEAT_AT,
+    R_HEARTBEAT_INTERVAL,
+    R_HOLDS,
+    R_HOST,
+    R_IN_FLIGHT,
+    R_PAUSED,
+    R_POLL_INTERVAL,
+    R_PROCESSED,
+    R_QUEUED,
+    R_QUIET,
+    R_QUIET_AT,
+    R_RESUME_AT,
+    R_STARTED_AT,
+    RECORD_FIELDS,
+    STALE_HEARTBEATS,
+    FleetState,
+    decode_hash,
+    format_time,
+    parse_time,
+)
+from replica.errors import ContractError
+
+WHY_UNREACHABLE: Final = "unreachable"
+"""No record, a heartbeat too old, or the replica reports its control channel down."""
+WHY_IN_FLIGHT: Final = "still in flight"
+"""Applied the pause, but items are still running."""
+WHY_STALE_VERSION: Final = "stale version"
+"""Alive, but has not applied the version (yet)."""
+WHY_RESUME_PENDING: Final = "resume pending"
+"""Applied a staggered resume whose offset has not come yet."""
+
+DEFAULT_HEARTBEAT_INTERVAL: Final = 10.0
+
+
+def _int(value: str | None, default: int = 0) -> int:
+    try:
+        return int(value) if value else default
+    except ValueError:
+        return default
+
+
+def _float(value: str | None, default: float) -> float:
+    try:
+        return float(value) if value else default
+    except ValueError:
+        return default
+
+
+def _time(value: str | None) -> datetime | None:
+    try:
+        return parse_time(value)
+    except ContractError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    """One replica as its record and its heartbeat score describe it."""
+
+    id: str
+    paused: bool
+    holds: dict[str, str]
+    applied_version: int
+    in_flight: int
+    queued: int
+    quiet: bool
+    control: str
+    heartbeat_at: datetime | None
+    host: str
+    started_at: datetime | None
+    processed: int
+    failed: int
+    applied_at: datetime | None
+    quiet_at: datetime | None
+    stale: bool
+    """The heartbeat is older than 2.5 heartbeat intervals, or the record expired."""
+    fleet_held: bool = False
+    resume_at: datetime | None = None
+    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    poll_interval: float | None = None
+    applied_state: FleetState | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+    """Fields of the record beyond the contract's (the replica service adds its own)."""
+
+    @classmethod
+    def from_record(
+        cls,
+        fleet: str,
+        replica_id: str,
+        raw: Mapping[Any, Any] | None,
+        heartbeat_ms: float | None,
+        now: datetime,
+    ) -> ReplicaInfo:
+        """Build from an HGETALL reply (``None`` or empty when the record expired) and the
+        replica's score in the ``replicas`` sorted set."""
+        h = decode_hash(raw or {})
+        interval = _float(h.get(R_HEARTBEAT_INTERVAL), DEFAULT_HEARTBEAT_INTERVAL)
+        heartbeat_at = _time(h.get(R_HEARTBEAT_AT))
+        last = heartbeat_at.timestamp() if heartbeat_at is not None else None
+        if heartbeat_ms is not None:
+            last = max(last or 0.0, heartbeat_ms / 1000.0)
+        stale = not h or last is None or now.timestamp() - last > STALE_HEARTBEATS * interval
+        try:
+            holds_raw = json.loads(h.get(R_HOLDS) or "{}")
+            holds = {str(k): str(v) for k, v in holds_raw.items()} if isinstance(holds_raw, dict) else {}
+        except ValueError:
+            holds = {}
+        applied_state: FleetState | None = None
+        if h.get(R_APPLIED_STATE):
+            try:
+                applied_state = FleetState.from_json(h[R_APPLIED_STATE], fleet)
+            except ContractError:
+                applied_state = None
+        return cls(
+            id=replica_id,
+            paused=h.get(R_PAUSED) == "1",
+            holds=holds,
+            applied_version=_int(h.get(R_APPLIED_VERSION)),
+            in_flight=_int(h.get(R_IN_FLIGHT)),
+            queued=_int(h.get(R_QUEUED)),
+            quiet=h.get(R_QUIET) == "1",
+            control=h.get(R_CONTROL, "unknown") if h else "unknown",
+            heartbeat_at=heartbeat_at,
+            host=h.get(R_HOST, ""),
+            started_at=_time(h.get(R_STARTED_AT)),
+            processed=_int(h.get(R_PROCESSED)),
+            failed=_int(h.get(R_FAILED)),
+            applied_at=_time(h.get(R_APPLIED_AT)),
+            quiet_at=_time(h.get(R_QUIET_AT)),
+            stale=stale,
+            fleet_held=h.get(R_FLEET_HELD) == "1",
+            resume_at=_time(h.get(R_RESUME_AT)),
+            heartbeat_interval=interval,
+            poll_interval=_float(h.get(R_POLL_INTERVAL), 0.0) or None,
+            applied_state=applied_state,
+            extra={k: v for k, v in h.items() if k not in RECORD_FIELDS},
+        )
+
+    @property
+    def reachable(self) -> bool:
+        return not self.stale and self.control == CONTROL_CONNECTED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "paused": self.paused,
+            "holds": dict(self.holds),
+            "fleet_held": self.fleet_held,
+            "applied_version": self.applied_version,
+            "in_flight": self.in_flight,
+            "queued": self.queued,
+            "quiet": self.quiet,
+            "control": self.control,
+            "heartbeat_at": format_time(self.heartbeat_at) or None,
+            "heartbeat_interval": self.heartbeat_interval,
+            "poll_interval": self.poll_interval,
+            "host": self.host,
+            "started_at": format_time(self.started_at) or None,
+            "processed": self.processed,
+            "failed": self.failed,
+            "applied_at": format_time(self.applied_at) or None,
+            "quiet_at": format_time(self.quiet_at) or None,
+            "resume_at": format_time(self.resume_at) or None,
+            "stale": self.stale,
+            "applied_state": self.applied_state.to_dict() if self.applied_state else None,
+            "extra": dict(self.extra),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaResult:
+    """How far one replica got in a ``Fleet.wait``."""
+
+    id: str
+    reached: bool
+    applied_version: int
+    acked_at: datetime | None
+    """When the replica applied the version (its clock), if it did."""
+    quiet_at: datetime | None
+    """For a pause: when the replica turned quiet (its clock), if it did."""
+    applied_after_s: float | None
+    """Seconds from the change to the replica applying it."""
+    quiet_after_s: float | None
+    """Seconds from the change to the replica turning quiet (pause only)."""
+    in_flight: int
+    why: str | None
+    """None when reached, else "unreachable", "still in flight", "stale version" or
+    "resume pending"."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "reached": self.reached,
+            "applied_version": self.applied_version,
+            "acked_at": format_time(self.acked_at) or None,
+            "quiet_at": format_time(self.quiet_at) or None,
+            "applied_after_s": self.applied_after_s,
+            "quiet_after_s": self.quiet_after_s,
+            "in_flight": self.in_flight,
+            "why": self.why,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WaitReport:
+    """The outcome of ``Fleet.wait(version)``: did every live replica get there?"""
+
+    version: int
+    ok: bool
+    action: str
+    """"pause" (applied and quiet) or "resume" (applied and no longer held by the fleet)."""
+    elapsed_s: float
+    replicas: list[ReplicaResult]
+
+    @property
+    def stragglers(self) -> list[ReplicaResult]:
+        """The replicas that did not get there, with why."""
+        return [r for r in self.replicas if not r.reached]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "ok": self.ok,
+            "action": self.action,
+            "elapsed_s": self.elapsed_s,
+            "replicas": [r.to_dict() for r in self.replicas],
+            "stragglers": [r.id for r in self.stragglers],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One entry of the audit stream."""
+
+    id: str
+    action: str
+    """"pause", "resume" or "restore"."""
+    reason: str
+    by: str
+    version: int
+    at: datetime | None
+
+    @classmethod
+    def from_entry(cls, entry_id: Any, fields: Mapping[Any, Any]) -> AuditEvent:
+        h = decode_hash(fields)
+        return cls(
+            id=entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id),
+            action=h.get("action", ""),
+            reason=h.get("reason", ""),
+            by=h.get("by", ""),
+            version=_int(h.get("version")),
+            at=_time(h.get("at")),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "action": self.action,
+            "reason": self.reason,
+            "by": self.by,
+            "version": self.version,
+            "at": format_time(self.at) or None,
+        }
+
+
+__all__ = [
+    "WHY_IN_FLIGHT",
+    "WHY_RESUME_PENDING",
+    "WHY_STALE_VERSION",
+    "WHY_UNREACHABLE",
+    "AuditEvent",
+    "ReplicaInfo",
+    "ReplicaResult",
+    "WaitReport",
+]
