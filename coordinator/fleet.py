@@ -14,6 +14,7 @@ fallback. No method does a round trip per replica.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -23,6 +24,8 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 
 from coordinator.models import (
     WHY_IN_FLIGHT,
@@ -65,6 +68,7 @@ from replica.contract import (
     timedelta_s,
     validate_fleet,
 )
+from replica.controller import uncancelled
 from replica.errors import ContractError, InvalidMessage
 
 log = logging.getLogger(__name__)
@@ -159,6 +163,18 @@ class _View:
         self.resume_at = ack.resume_at
         if ack.quiet and self.quiet_at is None:
             self.quiet_at = ack.at
+
+
+async def _next_message(pubsub: Any, timeout: float) -> Mapping[str, Any] | None:
+    """The next pub/sub message, or None; a message that is not UTF-8 (for a client that
+    decodes responses) is skipped, as an invalid ack would be."""
+    try:
+        message: Mapping[str, Any] | None = await uncancelled(
+            pubsub.get_message(timeout=max(0.0, timeout))
+        )
+    except UnicodeDecodeError:
+        return {"type": "invalid"}
+    return message
 
 
 def _time_or_none(value: str | None) -> datetime | None:
@@ -268,7 +284,7 @@ class Fleet:
             str(prune_before),
         ]
         script_keys = [keys.state, keys.audit, keys.control, keys.replicas]
-        result = await self._set_state(keys=script_keys, args=args)
+        result = await uncancelled(self._set_state(keys=script_keys, args=args))
         if text(result[0]) == "missing":
             # Redis forgot the hash, or the fleet was never paused: put back what the
             # replicas applied (if anything) before changing it, so versions never go back
@@ -276,7 +292,7 @@ class Fleet:
                 log.warning("fleet %s: the state hash was missing at %s: restored it from the "
                             "replica records first", self._name, action)
             args[9] = "1"
-            result = await self._set_state(keys=script_keys, args=args)
+            result = await uncancelled(self._set_state(keys=script_keys, args=args))
         status = text(result[0])
         fields = [text(x) for x in result[1:]]
         state = FleetState.from_hash(self._name, dict(zip(fields[::2], fields[1::2], strict=True)))
@@ -309,10 +325,10 @@ class Fleet:
         if snapshot.state.version >= newest.version:
             return False
         keys = self._keys
-        written = await self._restore(
+        written = await uncancelled(self._restore(
             keys=[keys.state, keys.audit, keys.control],
             args=restore_args(newest, "coordinator"),
-        )
+        ))
         if int(written):
             log.warning("fleet %s: restored the state hash at v%d (%s) from the replica records",
                         self._name, newest.version, "paused" if newest.paused else "running")
@@ -326,7 +342,8 @@ class Fleet:
 
         A pause past its ``auto_resume_at`` still reads ``paused`` here (replicas have resumed
         on their own clocks): see ``FleetState.effectively_paused()``."""
-        return FleetState.from_hash(self._name, await self._redis.hgetall(self._keys.state))
+        raw = await uncancelled(self._redis.hgetall(self._keys.state))
+        return FleetState.from_hash(self._name, raw)
 
     async def replicas(self, include_stale: bool = True) -> list[ReplicaInfo]:
         """Every replica in the ``replicas`` set, sorted by id; a replica whose heartbeat is too
@@ -346,7 +363,9 @@ class Fleet:
 
     async def history(self, limit: int = 50) -> list[AuditEvent]:
         """The latest audit events, newest first."""
-        entries: Any = await self._redis.xrevrange(self._keys.audit, count=max(1, int(limit)))
+        entries: Any = await uncancelled(
+            self._redis.xrevrange(self._keys.audit, count=max(1, int(limit)))
+        )
         return [AuditEvent.from_entry(entry_id, fields) for entry_id, fields in entries or []]
 
     async def enqueue(self, items: Iterable[Any]) -> list[str]:
@@ -360,17 +379,27 @@ class Fleet:
             count += 1
         if not count:
             return []
-        return [text(x) for x in await pipe.execute()]
+        return [text(x) for x in await uncancelled(pipe.execute())]
 
     async def _members(self) -> dict[str, float]:
-        raw: Any = await self._redis.zrange(self._keys.replicas, 0, -1, withscores=True)
+        raw: Any = await uncancelled(
+            self._redis.zrange(self._keys.replicas, 0, -1, withscores=True)
+        )
         return {text(member): float(score) for member, score in raw}
 
     async def _snapshot(self) -> _Snapshot:
-        pipe = self._redis.pipeline(transaction=False)
-        pipe.hgetall(self._keys.state)
-        pipe.zrange(self._keys.replicas, 0, -1, withscores=True)
-        raw_state, raw_members = await pipe.execute()
+        for attempt in range(2):
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hgetall(self._keys.state)
+            pipe.zrange(self._keys.replicas, 0, -1, withscores=True)
+            try:
+                raw_state, raw_members = await uncancelled(pipe.execute())
+                break
+            except RedisConnectionError:
+                # redis-py retries single commands on a connection that died with a Redis
+                # restart, not pipelines: this read is safe to send again
+                if attempt:
+                    raise
         return _Snapshot(
             state=FleetState.from_hash(self._name, raw_state),
             members={text(m): float(s) for m, s in raw_members},
@@ -382,9 +411,9 @@ class Fleet:
         out: list[list[Any]] = []
         for i in range(0, len(ids), _BATCH):
             batch = ids[i:i + _BATCH]
-            result = await self._read_records(
+            result = await uncancelled(self._read_records(
                 keys=[self._keys.replica(r) for r in batch], args=list(fields)
-            )
+            ))
             out.extend(list(x) for x in result)
         return out
 
@@ -400,8 +429,9 @@ class Fleet:
         pause = True
         state: FleetState | None = None
         async with self._redis.pubsub() as pubsub:
-            await pubsub.subscribe(self._keys.acks)
-            await self._confirm_subscription(pubsub, deadline)
+            # Subscribe first, then read: an ack published before the subscription is in the
+            # record already (replicas write the record, then publish).
+            listening = await self._subscribe_acks(pubsub, deadline)
             snapshot = await self._snapshot()
             state = snapshot.state
             pause = state.paused
@@ -413,10 +443,19 @@ class Fleet:
                 now = time.monotonic()
                 if now >= deadline:
                     break
-                message = await pubsub.get_message(timeout=min(deadline, next_fallback) - now)
-                while message is not None:
-                    self._on_ack(message, views, required, pending, version, pause)
-                    message = await pubsub.get_message(timeout=0)
+                step = min(deadline, next_fallback) - now
+                if listening:
+                    try:
+                        message = await _next_message(pubsub, step)
+                        while message is not None:
+                            self._on_ack(message, views, required, pending, version, pause)
+                            message = await _next_message(pubsub, 0)
+                    except (RedisError, OSError) as exc:
+                        listening = False  # carry on with the records alone
+                        log.info("fleet %s: lost the acknowledgements channel (%r): polling the "
+                                 "records", self._name, exc)
+                else:
+                    await asyncio.sleep(step)
                 if pending and time.monotonic() >= next_fallback:
                     members = await self._members()
                     gone = [r for r in pending if r not in members]
@@ -455,14 +494,27 @@ class Fleet:
                         ", ".join(f"{r.id} ({r.why})" for r in report.stragglers[:10]))
         return report
 
-    async def _confirm_subscription(self, pubsub: Any, deadline: float) -> None:
-        while True:
-            left = deadline - time.monotonic()
-            message = await pubsub.get_message(timeout=max(0.05, min(left, 5.0)))
-            if message is not None and text(message.get("type")) == "subscribe":
-                return
-            if message is None and left <= 0:
-                raise TimeoutError("no confirmation of the subscription to acknowledgements")
+    async def _subscribe_acks(self, pubsub: Any, deadline: float) -> bool:
+        """Subscribe to the acknowledgements and wait for the confirmation (two tries: the
+        client may hold a connection that died with a Redis restart). False when it cannot:
+        ``wait`` then polls the records alone."""
+        for attempt in range(2):
+            try:
+                await uncancelled(pubsub.subscribe(self._keys.acks))
+                while True:
+                    left = deadline - time.monotonic()
+                    message = await uncancelled(
+                        pubsub.get_message(timeout=max(0.05, min(left, 5.0)))
+                    )
+                    if message is not None and text(message.get("type")) == "subscribe":
+                        return True
+                    if message is None and left <= 0:
+                        return False
+            except (RedisError, OSError) as exc:
+                log.info("fleet %s: cannot subscribe to the acknowledgements (%r)%s",
+                         self._name, exc, ", retrying" if attempt == 0 else "")
+                await uncancelled(pubsub.aclose())
+        return False
 
     async def _refresh(self, views: dict[str, _View], ids: list[str]) -> None:
         records = await self._records(ids, _WAIT_FIELDS)

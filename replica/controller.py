@@ -35,11 +35,11 @@ import logging
 import random
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
@@ -100,6 +100,22 @@ StateListener = Callable[[FleetState, "float | None"], Any]
 
 _NET_ERRORS: Final = (RedisError, OSError, TimeoutError)
 
+T = TypeVar("T")
+
+
+async def uncancelled(aw: Awaitable[T]) -> T:
+    """Await a redis-py call, and raise ``CancelledError`` if the task was cancelled meanwhile.
+
+    redis-py 8.1 (asyncio) can swallow a cancellation that lands while a command or pipeline
+    runs: the call returns normally and the task goes on with its cancel request pending,
+    which turns ``stop()`` into a hang. Every Redis await in fleetgate goes through this."""
+    task = asyncio.current_task()
+    before = task.cancelling() if task is not None else 0
+    result = await aw
+    if task is not None and task.cancelling() > before:
+        raise asyncio.CancelledError
+    return result
+
 
 @dataclass(frozen=True, slots=True)
 class ControllerStats:
@@ -127,6 +143,8 @@ class ControllerStats:
     stale_ignored: int
     """States ignored because their version was older than the one applied."""
     heartbeats: int
+    write_failures: int
+    """Record writes or acknowledgements Redis refused (an ACL, a read-only server)."""
     last_poll_at: datetime | None
     propagation: float | None
     """Seconds from the state's change to this replica applying it (last value)."""
@@ -238,6 +256,8 @@ class FleetController:
         self._applied_count = 0
         self._stale_ignored = 0
         self._heartbeats = 0
+        self._write_failures = 0
+        self._write_logged = False
         self._last_poll_at: datetime | None = None
         self._propagation: float | None = None
 
@@ -304,6 +324,7 @@ class FleetController:
             applied=self._applied_count,
             stale_ignored=self._stale_ignored,
             heartbeats=self._heartbeats,
+            write_failures=self._write_failures,
             last_poll_at=self._last_poll_at,
             propagation=self._propagation,
         )
@@ -380,7 +401,7 @@ class FleetController:
                 pipe = self._redis.pipeline(transaction=False)
                 pipe.delete(self._record_key)
                 pipe.zrem(self._keys.replicas, self._replica_id)
-                await pipe.execute()
+                await uncancelled(pipe.execute())
         except _NET_ERRORS as exc:
             log.info("fleet %s replica %s: could not remove the record on stop: %r",
                      self._fleet, self._replica_id, exc)
@@ -563,14 +584,21 @@ class FleetController:
         while True:
             pubsub = self._redis.pubsub()
             try:
-                await pubsub.subscribe(self._keys.control)
+                await uncancelled(pubsub.subscribe(self._keys.control))
                 ping_pending = False
                 while True:
-                    message = await pubsub.get_message(timeout=self.pubsub_ping_interval)
+                    try:
+                        message = await uncancelled(
+                            pubsub.get_message(timeout=self.pubsub_ping_interval)
+                        )
+                    except UnicodeDecodeError as exc:  # a client that decodes responses
+                        ping_pending = False
+                        self._count_invalid(InvalidMessage("not_json", f"not UTF-8: {exc}"))
+                        continue
                     if message is None:
                         if ping_pending:
                             raise TimeoutError("no answer to a ping on the control channel")
-                        await pubsub.ping()
+                        await uncancelled(pubsub.ping())
                         ping_pending = True
                         continue
                     kind = text(message.get("type"))
@@ -727,7 +755,7 @@ class FleetController:
             pipe.publish(keys.acks, self._ack(acks).to_json())
         try:
             async with asyncio.timeout(self.io_timeout):
-                results = await pipe.execute()
+                results = await uncancelled(pipe.execute(raise_on_error=False))
         except BaseException:
             # not sent: keep what still has to go out
             self._acks |= acks
@@ -736,21 +764,45 @@ class FleetController:
             if poll:
                 self._poll_now = True
             raise
-        self._link_ok = True
-        if record_written:
-            self._heartbeats += 1
         i = 0
+        poll_error: BaseException | None = None
         if poll:
-            self._polls += 1
-            self._last_poll_at = now_utc()
-            self._on_poll(results[i], poll_seq)
+            raw = results[i]
             i += 1
-            if sub_gen >= 0 and self._subscribed and sub_gen == self._sub_gen:
-                self._set_connected(True)
-                self._ready.set()
+            if isinstance(raw, BaseException):
+                poll_error = raw
+                self._poll_now = True
+            else:
+                self._polls += 1
+                self._last_poll_at = now_utc()
+                self._on_poll(raw, poll_seq)
+                if sub_gen >= 0 and self._subscribed and sub_gen == self._sub_gen:
+                    self._set_connected(True)
+                    self._ready.set()
         if peers:
-            self._on_peers([text(p) for p in results[i]])
+            found = results[i]
             i += 1
+            if not isinstance(found, BaseException):
+                self._on_peers([text(p) for p in found])
+            else:
+                self._pending_stagger = None  # keep the offset derived from the id alone
+        for result in results[i:]:
+            if isinstance(result, BaseException):
+                # A write the replica may not do (an ACL without the acks channel, a
+                # read-only replica): report once, count, carry on following the fleet.
+                self._write_failures += 1
+                if not self._write_logged:
+                    self._write_logged = True
+                    log.warning("fleet %s replica %s: cannot write its record or publish its "
+                                "acknowledgement (%s); further failures are only counted",
+                                self._fleet, self._replica_id, str(result)[:120])
+                break
+        else:
+            if record_written:
+                self._heartbeats += 1
+        if poll_error is not None:
+            raise poll_error
+        self._link_ok = True
 
     def _on_poll(self, raw: Mapping[Any, Any], poll_seq: int) -> None:
         if not raw:
@@ -792,10 +844,10 @@ class FleetController:
         keys = self._keys
         try:
             async with asyncio.timeout(self.io_timeout):
-                written = await self._restore_script(
+                written = await uncancelled(self._restore_script(
                     keys=[keys.state, keys.audit, keys.control],
                     args=restore_args(state, self._replica_id),
-                )
+                ))
         except ResponseError as exc:
             # NOPERM under the replica ACL: the coordinator restores (Fleet.restore_if_missing)
             self._restore_failures += 1
