@@ -1,0 +1,327 @@
+"""coordinator.Fleet against a real Redis: changes, wait reports, replicas, history, restore."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from cpkit import Replica, Replicas, until
+
+from coordinator import Fleet
+from replica.contract import FleetState, Keys, format_time, now_utc
+from replica.errors import ContractError
+
+
+async def test_a_fresh_fleet_reads_as_running_at_version_zero(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    assert await fleet.state() == FleetState.initial(fleet_name)
+    assert await fleet.replicas() == []
+    assert await fleet.history() == []
+    report = await fleet.wait(0, timeout=1.0)
+    assert report.ok and report.replicas == []
+
+
+async def test_pausing_a_paused_fleet_keeps_since_and_updates_the_reason(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    first = await fleet.pause("db maintenance", by="alice", expected_for=timedelta(minutes=30))
+    assert first.paused and first.version == 1 and first.by == "alice"
+    assert first.expected_until is not None and first.since is not None
+    assert first.expected_until - first.since == timedelta(minutes=30)
+    second = await fleet.pause("db maintenance, running late", by="bob")
+    assert second.version == 2 and second.since == first.since
+    assert second.reason == "db maintenance, running late" and second.by == "bob"
+    assert await fleet.state() == second
+    raw = await redis.hgetall(Keys(fleet_name).state)
+    assert raw["paused"] == "1" and raw["version"] == "2" and raw["since"].endswith("Z")
+
+
+async def test_resuming_a_running_fleet_changes_nothing_and_returns_the_state(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    fresh = await fleet.resume(by="alice")
+    assert fresh == FleetState.initial(fleet_name)
+    await fleet.pause("x", by="alice")
+    resumed = await fleet.resume(by="alice")
+    again = await fleet.resume(by="carol")
+    assert again == resumed and again.version == 2 and again.by == "alice"
+    assert [e.action for e in await fleet.history()] == ["resume", "pause"]
+
+
+async def test_history_lists_every_change_newest_first(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    await fleet.pause("one", by="a")
+    await fleet.resume(by="b")
+    await fleet.pause("two", by="c")
+    events = await fleet.history(limit=2)
+    assert [(e.action, e.reason, e.by, e.version) for e in events] == [
+        ("pause", "two", "c", 3), ("resume", "", "b", 2),
+    ]
+    assert events[0].at is not None
+    assert json.loads(json.dumps(events[0].to_dict()))["version"] == 3
+
+
+async def test_bad_changes_are_refused_before_they_reach_redis(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    with pytest.raises(ContractError):
+        await fleet.pause("", by="alice")
+    with pytest.raises(ContractError):
+        await fleet.pause("reason", by="")
+    with pytest.raises(ContractError):
+        await fleet.pause("x" * 5000, by="alice")
+    with pytest.raises(ContractError):
+        await fleet.pause("reason", by="alice", expected_for=timedelta(seconds=-1))
+    with pytest.raises(ContractError):
+        await fleet.resume(by="alice", stagger=timedelta(hours=5))
+    with pytest.raises(ContractError):
+        Fleet(redis, "Not A Fleet")
+    assert await fleet.state() == FleetState.initial(fleet_name)
+
+
+async def test_durations_may_be_given_in_seconds(redis: aioredis.Redis, fleet_name: str) -> None:
+    fleet = Fleet(redis, fleet_name)
+    state = await fleet.pause("numbers", by="api", expected_for=60, auto_resume_after=120.0)
+    assert state.since is not None and state.expected_until is not None
+    assert state.expected_until - state.since == timedelta(seconds=60)
+    assert state.auto_resume_at is not None
+    resumed = await fleet.resume(by="api", stagger=5)
+    assert resumed.resume_stagger_s == 5.0
+
+
+async def test_enqueue_appends_json_items_to_the_work_stream(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    ids = await fleet.enqueue([{"order": 1}, "two", 3])
+    assert len(ids) == 3
+    entries = await redis.xrange(Keys(fleet_name).work)
+    assert [e[0] for e in entries] == ids
+    assert [json.loads(e[1]["item"]) for e in entries] == [{"order": 1}, "two", 3]
+    assert await fleet.enqueue([]) == []
+
+
+async def test_a_pause_reaches_five_controllers_within_a_poll_and_wait_reports_all_quiet(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    poll = 5.0
+    fleet = Fleet(redis, fleet_name)
+    async with Replicas(redis_url, fleet_name, 5, poll_interval=poll) as replicas:
+        for action in ("pause", "resume"):
+            t0 = time.monotonic()
+            if action == "pause":
+                state = await fleet.pause("five", by="t")
+            else:
+                state = await fleet.resume(by="t")
+            await asyncio.wait_for(
+                asyncio.gather(*(p.wait_for(action == "pause") for p in replicas.pools)), poll
+            )
+            assert time.monotonic() - t0 < poll  # pushed, not polled
+            report = await fleet.wait(state.version, timeout=30)
+            assert report.ok, report.to_dict()
+            assert report.action == action and report.version == state.version
+            assert sorted(r.id for r in report.replicas) == [f"pod-{i}" for i in range(5)]
+            assert all(r.reached and r.why is None for r in report.replicas)
+            assert all(r.applied_version >= state.version for r in report.replicas)
+            if action == "pause":
+                assert all(r.quiet_at is not None for r in report.replicas)
+                assert all(r.quiet_after_s is not None and r.quiet_after_s < poll
+                           for r in report.replicas)
+            assert report.stragglers == []
+            assert json.loads(json.dumps(report.to_dict()))["ok"] is True
+
+
+async def test_wait_names_a_replica_whose_item_outlasts_the_pause_as_still_in_flight(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    release = asyncio.Event()
+    started = asyncio.Event()
+
+    async def slow(item: Any) -> None:
+        started.set()
+        await release.wait()
+
+    fleet = Fleet(redis, fleet_name)
+    async with Replicas(redis_url, fleet_name, 2) as replicas:
+        busy = Replica(redis_url, fleet_name, "busy-1", handler=slow, pause_timeout=0.2)
+        await busy.start()
+        try:
+            busy.pool.put_nowait("long job")
+            await started.wait()
+            state = await fleet.pause("drain", by="t")
+            report = await fleet.wait(state.version, timeout=1.0)
+            assert not report.ok
+            (straggler,) = report.stragglers
+            assert straggler.id == "busy-1" and straggler.why == "still in flight"
+            assert straggler.in_flight == 1 and straggler.applied_version == state.version
+            assert straggler.quiet_at is None
+            assert {r.id for r in report.replicas if r.reached} == {"pod-0", "pod-1"}
+            record = await redis.hgetall(Keys(fleet_name).replica("busy-1"))
+            assert record["quiet"] == "0" and record["in_flight"] == "1"
+            release.set()
+            report = await fleet.wait(state.version, timeout=10)
+            assert report.ok
+            assert len(replicas) == 2
+        finally:
+            release.set()
+            await busy.stop()
+
+
+async def test_wait_finds_acks_it_missed_in_the_records(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    async with Replicas(redis_url, fleet_name, 3) as replicas:
+        state = await fleet.pause("early", by="t")
+        # every replica applies and acknowledges before anyone waits
+        await until(lambda: all(c.stats().heartbeats >= 2 and c.applied_version == state.version
+                                for c in replicas.controllers))
+        await until(lambda: _all_records_at(redis, fleet_name, state.version, 3))
+        report = await fleet.wait(state.version, timeout=10)
+        assert report.ok and len(report.replicas) == 3
+
+
+async def _all_records_at(redis: aioredis.Redis, fleet: str, version: int, n: int) -> bool:
+    keys = Keys(fleet)
+    ids = await redis.zrange(keys.replicas, 0, -1)
+    versions = [await redis.hget(keys.replica(i), "applied_version") for i in ids]
+    return len(ids) == n and all(v == str(version) for v in versions)
+
+
+async def test_wait_falls_back_to_polling_records_when_no_ack_comes(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name, wait_poll_interval=0.1)
+    keys = Keys(fleet_name)
+    state = await fleet.pause("silent", by="t")
+    ms = int(time.time() * 1000)
+    record = {
+        "applied_version": str(state.version - 1), "fleet_held": "0", "quiet": "0",
+        "in_flight": "0", "control": "connected", "heartbeat_at": format_time(now_utc()),
+        "heartbeat_interval": "10",
+    }
+    await redis.hset(keys.replica("ghost-1"), mapping=record)
+    await redis.zadd(keys.replicas, {"ghost-1": ms})
+    waiting = asyncio.ensure_future(fleet.wait(state.version, timeout=20))
+    await until(lambda: _subscribed(redis, keys.acks))  # wait is listening for acks
+    assert not waiting.done()
+    await redis.hset(keys.replica("ghost-1"), mapping={
+        "applied_version": str(state.version), "fleet_held": "1", "quiet": "1",
+    })  # no ack published: only the records tell
+    report = await waiting
+    assert report.ok and report.replicas[0].id == "ghost-1"
+
+
+async def _subscribed(redis: aioredis.Redis, channel: str) -> bool:
+    counts = await redis.pubsub_numsub(channel)
+    return bool(counts and counts[0][1])
+
+
+async def test_wait_reports_a_silent_replica_as_stale_version_or_unreachable(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name, wait_poll_interval=0.1)
+    keys = Keys(fleet_name)
+    state = await fleet.pause("nobody listens", by="t")
+    now = format_time(now_utc())
+    ms = int(time.time() * 1000)
+    await redis.hset(keys.replica("behind-1"), mapping={
+        "applied_version": "0", "control": "connected", "heartbeat_at": now,
+        "heartbeat_interval": "10"})
+    await redis.hset(keys.replica("cut-1"), mapping={
+        "applied_version": "0", "control": "disconnected", "heartbeat_at": now,
+        "heartbeat_interval": "10"})
+    await redis.zadd(keys.replicas, {"behind-1": ms, "cut-1": ms, "gone-1": ms - 3_600_000})
+    report = await fleet.wait(state.version, timeout=0.5)
+    assert not report.ok
+    assert {(r.id, r.why) for r in report.stragglers} == {
+        ("behind-1", "stale version"), ("cut-1", "unreachable"),
+    }  # gone-1 is stale (no record, an hour old): not a live replica, not waited for
+    infos = {i.id: i for i in await fleet.replicas()}
+    assert infos["gone-1"].stale and not infos["behind-1"].stale
+    assert [i.id for i in await fleet.replicas(include_stale=False)] == ["behind-1", "cut-1"]
+
+
+async def test_replicas_lists_live_replicas_with_their_records(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    async with Replicas(redis_url, fleet_name, 2, heartbeat_interval=3.0,
+                        extra_fields=lambda: {"queue_capacity": 100}) as replicas:
+        state = await fleet.pause("look", by="t")
+        assert (await fleet.wait(state.version, timeout=10)).ok
+        infos = await fleet.replicas()
+        assert [i.id for i in infos] == ["pod-0", "pod-1"]
+        for info in infos:
+            assert not info.stale and info.control == "connected"
+            assert info.paused and info.quiet and info.fleet_held
+            assert info.holds == {"fleet": "look"}
+            assert info.applied_version == state.version
+            assert info.applied_state == state
+            assert info.heartbeat_interval == 3.0 and info.host
+            assert info.started_at is not None and info.heartbeat_at is not None
+            assert info.extra == {"queue_capacity": "100"}
+            assert json.loads(json.dumps(info.to_dict()))["id"] == info.id
+        assert len(replicas) == 2
+    assert await fleet.replicas() == []  # a clean stop removes the records
+
+
+async def test_restore_if_missing_rebuilds_the_state_from_the_newest_replica_record(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    keys = Keys(fleet_name)
+    async with Replicas(redis_url, fleet_name, 2, poll_interval=60.0) as replicas:
+        state = await fleet.pause("keep me", by="t")
+        assert (await fleet.wait(state.version, timeout=10)).ok
+        assert not await fleet.restore_if_missing()  # nothing is missing
+        await redis.delete(keys.state)
+        assert await fleet.restore_if_missing()
+        assert await fleet.state() == state
+        await redis.delete(keys.state)
+        # a change on a forgotten hash restores first, so the version keeps growing
+        resumed = await fleet.resume(by="t")
+        assert resumed.version == state.version + 1 and not resumed.paused
+        assert (await fleet.wait(resumed.version, timeout=10)).ok
+        assert [e.action for e in await fleet.history(limit=3)] == ["resume", "restore",
+                                                                    "restore"]
+        assert len(replicas) == 2
+
+
+async def test_the_state_change_prunes_replica_ids_silent_for_an_hour(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    keys = Keys(fleet_name)
+    ms = int(time.time() * 1000)
+    await redis.zadd(keys.replicas, {"old-1": ms - 2 * 3_600_000, "recent-1": ms})
+    await fleet.resume(by="t")  # even a no-op change prunes
+    assert await redis.zrange(keys.replicas, 0, -1) == ["recent-1"]
+
+
+async def test_fleet_accepts_a_client_that_does_not_decode(
+    redis_url: str, fleet_name: str
+) -> None:
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        fleet = Fleet(client, fleet_name)
+        state = await fleet.pause("bytes", by="t")
+        assert (await fleet.state()) == state
+        assert [e.action for e in await fleet.history()] == ["pause"]
+        assert all(isinstance(i, str) for i in await fleet.enqueue([1, 2]))
+        assert await fleet.replicas() == []
+        assert (await fleet.wait(state.version, timeout=1)).ok
+    finally:
+        await client.aclose()
