@@ -455,7 +455,8 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line, with the record's ``extra`` fields."""
 
     _STANDARD: Final = frozenset(
-        logging.LogRecord("", 0, "", 0, "", None, None).__dict__.keys() | {"message", "asctime"}
+        logging.LogRecord("", 0, "", 0, "", None, None).__dict__.keys()
+        | {"message", "asctime", "color_message"}
     )
 
     def format(self, record: logging.LogRecord) -> str:

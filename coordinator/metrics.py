@@ -1,0 +1,189 @@
+"""Forgotten pauses: the fleet's metrics, read from Redis at scrape time, and the overdue watcher.
+
+Metrics (one fleet per coordinator; every series carries ``fleet``)::
+
+    fleetgate_fleet_paused{fleet,reason}        1 while the fleet is paused (reason "" when not)
+    fleetgate_fleet_pause_age_seconds{fleet}    how long the current pause has lasted (0 running)
+    fleetgate_fleet_pause_overdue{fleet}        1 past expected_until, or past FLEETGATE_MAX_PAUSE
+                                                when the pause was given no window
+    fleetgate_fleet_replicas{fleet,state}       replicas by state: running, paused, quiet, stale
+    fleetgate_fleet_unacknowledged{fleet}       live replicas behind the fleet's current version
+    fleetgate_fleet_state_version{fleet}        the state's version
+    fleetgate_fleet_in_flight{fleet}            items in flight on live replicas
+    fleetgate_fleet_queued{fleet}               items queued on live replicas
+
+``render_metrics`` reads Redis in the request and fills a fresh ``CollectorRegistry``, so a
+scrape never shows figures older than itself. ``OverdueWatcher`` runs in ``fleetgate serve``:
+while the pause is overdue it logs one structured WARNING per ``overdue_log_interval`` (fleet,
+reason, by, age), and every ``restore_interval`` it calls ``Fleet.restore_if_missing()`` (under
+the deployment's Redis ACL only the coordinator may write the state hash).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import datetime
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from redis.exceptions import RedisError
+
+from coordinator.durations import format_age
+from coordinator.fleet import Fleet
+from coordinator.render import REPLICA_STATES, is_overdue, pause_age_s, summary
+from coordinator.settings import CoordinatorSettings
+from replica.contract import FleetState, format_time, now_utc
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+async def render_metrics(fleet: Fleet, max_pause: float) -> bytes:
+    """The fleet's metrics in the Prometheus text format (reads Redis; raises ``RedisError``)."""
+    state = await fleet.state()
+    replicas = await fleet.replicas()
+    now = now_utc()
+    s = summary(state, replicas, now, max_pause)
+    registry = CollectorRegistry(auto_describe=False)
+    name = state.fleet
+    paused = Gauge(
+        "fleetgate_fleet_paused", "1 while the fleet is paused, with the reason",
+        ["fleet", "reason"], registry=registry,
+    )
+    effectively = bool(s["effectively_paused"])
+    paused.labels(name, state.reason if effectively else "").set(1 if effectively else 0)
+    Gauge(
+        "fleetgate_fleet_pause_age_seconds", "How long the current pause has lasted (0 running)",
+        ["fleet"], registry=registry,
+    ).labels(name).set(s["pause_age_s"] or 0.0)
+    Gauge(
+        "fleetgate_fleet_pause_overdue",
+        "1 when the pause outlived expected_until, or FLEETGATE_MAX_PAUSE without a window",
+        ["fleet"], registry=registry,
+    ).labels(name).set(1 if s["overdue"] else 0)
+    by_state = Gauge(
+        "fleetgate_fleet_replicas", "Replicas by state (running, paused, quiet, stale)",
+        ["fleet", "state"], registry=registry,
+    )
+    for st in REPLICA_STATES:
+        by_state.labels(name, st).set(s[st])
+    Gauge(
+        "fleetgate_fleet_unacknowledged", "Live replicas behind the fleet's current version",
+        ["fleet"], registry=registry,
+    ).labels(name).set(s["unacknowledged"])
+    Gauge(
+        "fleetgate_fleet_state_version", "The version of the fleet's pause state",
+        ["fleet"], registry=registry,
+    ).labels(name).set(state.version)
+    Gauge(
+        "fleetgate_fleet_in_flight", "Items in flight on live replicas", ["fleet"], registry=registry
+    ).labels(name).set(s["in_flight"])
+    Gauge(
+        "fleetgate_fleet_queued", "Items queued on live replicas", ["fleet"], registry=registry
+    ).labels(name).set(s["queued"])
+    return generate_latest(registry)
+
+
+class OverdueWatcher:
+    """Logs overdue pauses and restores a state hash Redis lost, until stopped."""
+
+    def __init__(self, fleet: Fleet, settings: CoordinatorSettings) -> None:
+        self.fleet = fleet
+        self.max_pause = settings.max_pause
+        self.log_interval = settings.overdue_log_interval
+        self.restore_interval = settings.restore_interval
+        self.tick = min(self.log_interval, self.restore_interval, 5.0)
+        self._task: asyncio.Task[None] | None = None
+        self._last_logged: float | None = None
+        self._overdue_version: int | None = None
+        self._next_restore = 0.0
+        self._redis_down = False
+        self.warnings = 0
+        """Overdue WARNING lines logged so far."""
+        self.restores = 0
+        """State hashes restored so far."""
+
+    async def start(self) -> OverdueWatcher:
+        """Run a first check, then keep watching in a task. Idempotent."""
+        if self._task is None:
+            await self.check()
+            self._task = asyncio.create_task(self._loop(), name=f"fleetgate-watcher-{self.fleet.name}")
+        return self
+
+    async def stop(self) -> None:
+        """Idempotent."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick)
+            await self.check()
+
+    async def check(self) -> None:
+        """One pass: restore the state if it is due and missing, then log if overdue."""
+        try:
+            if time.monotonic() >= self._next_restore:
+                self._next_restore = time.monotonic() + self.restore_interval
+                if await self.fleet.restore_if_missing():
+                    self.restores += 1
+                    log.warning("fleet %s: the state hash was missing and was restored", self.fleet.name)
+            state = await self.fleet.state()
+        except asyncio.CancelledError:
+            raise
+        except (RedisError, OSError) as exc:
+            if not self._redis_down:
+                self._redis_down = True
+                log.warning("fleet %s: the watcher cannot reach Redis: %s", self.fleet.name, exc)
+            return
+        if self._redis_down:
+            self._redis_down = False
+            log.info("fleet %s: the watcher reaches Redis again", self.fleet.name)
+        self.observe(state, now_utc())
+
+    def observe(self, state: FleetState, now: datetime) -> None:
+        """Log the state if it is overdue and the last line is ``log_interval`` old."""
+        if not is_overdue(state, now, self.max_pause):
+            if self._overdue_version is not None:
+                log.info(
+                    "fleet %s: pause no longer overdue (version %d, paused=%s)",
+                    state.fleet, state.version, state.effectively_paused(now),
+                )
+                self._overdue_version = None
+                self._last_logged = None
+            return
+        mono = time.monotonic()
+        if self._last_logged is not None and mono - self._last_logged < self.log_interval:
+            return
+        self._last_logged = mono
+        self._overdue_version = state.version
+        self.warnings += 1
+        age = pause_age_s(state, now) or 0.0
+        limit = (
+            f"expected_until={format_time(state.expected_until)}"
+            if state.expected_until is not None
+            else f"max_pause={format_age(self.max_pause)}"
+        )
+        log.warning(
+            "fleet pause overdue: fleet=%s reason=%r by=%s age=%s age_s=%d since=%s %s",
+            state.fleet, state.reason, state.by, format_age(age), int(age),
+            format_time(state.since), limit,
+            extra={
+                "fleet": state.fleet,
+                "reason": state.reason,
+                "by": state.by,
+                "age_s": round(age, 3),
+                "since": format_time(state.since),
+                "expected_until": format_time(state.expected_until) or None,
+                "event": "pause_overdue",
+            },
+        )
+
+
+__all__ = ["CONTENT_TYPE", "OverdueWatcher", "render_metrics"]
