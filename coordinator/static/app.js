@@ -137,7 +137,7 @@
       cell(tr, r.in_flight, "num in-flight");
       cell(tr, r.queued, "num queued");
       const hb = secondsBetween(now, r.heartbeat_at);
-      cell(tr, hb === null ? "-" : formatAge(hb) + " ago", "heartbeat").title = r.heartbeat_at || "";
+      cell(tr, hb === null ? "-" : formatAge(Math.max(0, Math.floor(hb))) + " ago", "heartbeat").title = r.heartbeat_at || "";
       let lag;
       if (behind) {
         lag = r.stale ? "-" : "waiting " + formatAge(secondsBetween(now, st.changed_at));

@@ -1,0 +1,213 @@
+"""The dashboard in a real browser (Debian's chromium through Playwright's Python API).
+
+Three real replicas (pools with controllers, in a thread of their own) follow a fleet on a
+real Redis; the coordinator is served by uvicorn on a free port in another thread. The test
+enters the token and a reason, clicks Pause, sees every replica row turn quiet with the new
+version applied, clicks Resume and sees them run again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import redis as syncredis
+import uvicorn
+
+from coordinator.api import create_app
+from coordinator.localredis import free_port
+from coordinator.settings import CoordinatorSettings
+from replica.contract import Keys, format_time, now_utc
+from tests.fleetkit import ReplicaThread, wait_until
+
+CHROMIUM = "/usr/bin/chromium"
+ADMIN = "dashboard-admin-token-0123"
+ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+SCREENSHOT = Path(tempfile.gettempdir()) / "fleetgate-dashboard.png"
+SCREENSHOT_OVERDUE = Path(tempfile.gettempdir()) / "fleetgate-dashboard-overdue.png"
+
+pytestmark = pytest.mark.slow
+
+
+def _chromium_or_skip() -> str:
+    if not os.path.exists(CHROMIUM):
+        print(f"SKIP reason: {CHROMIUM} is absent (make test installs it with apt where it can)")
+        pytest.skip(f"{CHROMIUM} is absent: apt-get install chromium (make test does it)")
+    return CHROMIUM
+
+
+class Server:
+    """uvicorn in a thread; ``url`` once it serves."""
+
+    def __init__(self, settings: CoordinatorSettings) -> None:
+        config = uvicorn.Config(
+            create_app(settings), host="127.0.0.1", port=settings.port, log_config=None, lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="coordinator", daemon=True)
+        self.url = f"http://127.0.0.1:{settings.port}/"
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        wait_until(lambda: self.server.started or not self.thread.is_alive(), timeout=30)
+        assert self.server.started, "uvicorn did not start"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+@pytest.fixture
+def coordinator(redis_url: str, fleet_name: str) -> Iterator[Server]:
+    settings = CoordinatorSettings.model_validate(
+        {"redis_url": redis_url, "fleet": fleet_name, "admin_token": ADMIN, "admin_name": "dash-op",
+         "port": free_port()}
+    )
+    with Server(settings) as server:
+        yield server
+
+
+def test_pause_and_resume_from_the_dashboard_with_real_replicas(
+    redis_url: str, fleet_name: str, coordinator: Server
+) -> None:
+    executable = _chromium_or_skip()
+    from playwright.sync_api import expect, sync_playwright
+
+    profile = tempfile.mkdtemp(prefix="fleetgate-chromium-")
+    try:
+        with ReplicaThread(redis_url, fleet_name, 3), sync_playwright() as pw:
+            context = pw.chromium.launch_persistent_context(
+                profile, executable_path=executable, args=ARGS, headless=True,
+                viewport={"width": 1280, "height": 900},
+            )
+            try:
+                page = context.new_page()
+                page.goto(coordinator.url)
+                # no token yet: the page says so instead of showing data
+                expect(page.locator("#connection")).to_have_attribute("data-state", "auth")
+
+                page.fill("#token", ADMIN)
+                expect(page.locator("#connection")).to_have_attribute("data-state", "live")
+                expect(page.locator("#banner-state")).to_have_text("RUNNING")
+                rows = page.locator("#replicas tbody tr")
+                expect(rows).to_have_count(3)
+
+                # the token lives in this tab's sessionStorage only
+                assert page.evaluate("sessionStorage.getItem('fleetgate.token')") == ADMIN
+                assert page.evaluate("localStorage.length") == 0
+                assert context.cookies() == []
+
+                # pause without a reason is refused on the page
+                page.click("#pause")
+                expect(page.locator("#message")).to_contain_text("reason is required")
+
+                page.fill("#reason", "dashboard drill")
+                page.select_option("#for", "1800")
+                page.click("#pause")
+                expect(page.locator("#message")).to_contain_text("Paused by dash-op")
+                expect(page.locator("#banner-state")).to_have_text("PAUSED")
+                expect(page.locator("#banner-reason")).to_have_text("dashboard drill")
+                expect(page.locator("#banner-by")).to_have_text("dash-op")
+                version = page.locator("#banner-version").inner_text()
+                assert int(version) >= 1
+                for rid in ("r1", "r2", "r3"):
+                    row = page.locator(f'#replicas tbody tr[data-replica-id="{rid}"]')
+                    expect(row).to_have_attribute("data-state", "quiet")
+                    expect(row.locator("td.version")).to_have_attribute("data-version", version)
+                expect(page.locator("#history tbody tr").first).to_have_attribute("data-action", "pause")
+                page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+                page.click("#resume")
+                expect(page.locator("#message")).to_contain_text("Resumed by dash-op")
+                expect(page.locator("#banner-state")).to_have_text("RUNNING")
+                resumed = page.locator("#banner-version").inner_text()
+                assert int(resumed) == int(version) + 1
+                for rid in ("r1", "r2", "r3"):
+                    row = page.locator(f'#replicas tbody tr[data-replica-id="{rid}"]')
+                    expect(row).to_have_attribute("data-state", "running")
+                    expect(row.locator("td.version")).to_have_attribute("data-version", resumed)
+                expect(page.locator("#history tbody tr").first).to_have_attribute("data-action", "resume")
+            finally:
+                context.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_a_read_only_or_wrong_token_cannot_pause_from_the_dashboard(
+    redis_url: str, fleet_name: str, coordinator: Server
+) -> None:
+    executable = _chromium_or_skip()
+    from playwright.sync_api import expect, sync_playwright
+
+    profile = tempfile.mkdtemp(prefix="fleetgate-chromium-")
+    try:
+        with sync_playwright() as pw:
+            context = pw.chromium.launch_persistent_context(
+                profile, executable_path=executable, args=ARGS, headless=True
+            )
+            try:
+                page = context.new_page()
+                page.goto(coordinator.url)
+                page.fill("#token", "not-the-token-000000000")
+                page.fill("#reason", "should not happen")
+                page.click("#pause")
+                expect(page.locator("#message")).to_contain_text("not valid")
+                expect(page.locator("#connection")).to_have_attribute("data-state", "auth")
+                page.click("#forget")
+                assert page.evaluate("sessionStorage.getItem('fleetgate.token')") is None
+            finally:
+                context.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_an_overdue_pause_turns_the_banner_red_and_markup_in_a_reason_stays_text(
+    redis_url: str, fleet_name: str, coordinator: Server
+) -> None:
+    executable = _chromium_or_skip()
+    from playwright.sync_api import expect, sync_playwright
+
+    reason = '<img src=x onerror="window.pwned=1"> <b>db</b> & "cache"'
+    now = now_utc()
+    client = syncredis.Redis.from_url(redis_url, decode_responses=True)
+    client.hset(Keys(fleet_name).state, mapping={
+        "version": "4", "paused": "1", "reason": reason, "by": "ivy",
+        "since": format_time(now - timedelta(hours=2)),
+        "expected_until": format_time(now - timedelta(hours=1)),
+        "changed_at": format_time(now - timedelta(hours=2)),
+    })
+    client.close()
+    profile = tempfile.mkdtemp(prefix="fleetgate-chromium-")
+    try:
+        with sync_playwright() as pw:
+            context = pw.chromium.launch_persistent_context(
+                profile, executable_path=executable, args=ARGS, headless=True,
+                viewport={"width": 1280, "height": 700},
+            )
+            try:
+                page = context.new_page()
+                page.goto(coordinator.url)
+                page.fill("#token", ADMIN)
+                expect(page.locator("#banner")).to_have_attribute("data-state", "overdue")
+                expect(page.locator("#banner-state")).to_have_text("PAUSED — OVERDUE")
+                expect(page.locator("#banner-age")).to_have_text("2h00m")
+                expect(page.locator("#banner-reason")).to_have_text(reason)
+                assert page.locator("#banner-reason img, #banner-reason b").count() == 0
+                assert page.evaluate("window.pwned === undefined")
+                color = page.evaluate("getComputedStyle(document.getElementById('banner-state')).color")
+                assert color == "rgb(180, 35, 24)"  # --red
+                page.screenshot(path=str(SCREENSHOT_OVERDUE))
+            finally:
+                context.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
