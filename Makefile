@@ -22,7 +22,7 @@ $(TSTAMP): pyproject.toml | $(PY)
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m coordinator.pooldemo
+	$(VENV)/bin/fleetgate demo
 
 lint: $(TSTAMP)
 	$(VENV)/bin/ruff check replica coordinator tests bench

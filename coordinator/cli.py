@@ -529,18 +529,32 @@ def serve(
 
 
 @app.command()
-def demo(json_out: JsonOption = False) -> None:
-    """Run the demo and print what it measured (exit 0 when every check held)."""
-    from coordinator import pooldemo
+def demo(
+    serve: Annotated[
+        bool, typer.Option("--serve", help="Keep the fleet and the dashboard running until Ctrl-C.")
+    ] = False,
+    pool_only: Annotated[
+        bool, typer.Option("--pool", help="Run the single-pool scenario instead (no Redis).")
+    ] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Run a real fleet (3 replicas, Redis, the API), pause it mid-run, resume, and print what
+    it measured (exit 0 when every check held, 1 otherwise)."""
+    if pool_only:
+        from coordinator import pooldemo
 
-    if json_out:
-        import dataclasses
+        if json_out:
+            import dataclasses
 
-        result = asyncio.run(pooldemo.run_pool_demo())
-        _emit_json({**dataclasses.asdict(result), "ok": result.ok})
-        code = 0 if result.ok else 1
+            result = asyncio.run(pooldemo.run_pool_demo())
+            _emit_json({**dataclasses.asdict(result), "ok": result.ok})
+            code = 0 if result.ok else 1
+        else:
+            code = pooldemo.main()
     else:
-        code = pooldemo.main()
+        from coordinator import demo as fleet_demo
+
+        code = fleet_demo.main(serve=serve, json_out=json_out)
     if code:
         raise typer.Exit(code)
 
