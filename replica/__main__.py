@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -111,7 +112,28 @@ async def serve(settings: ReplicaSettings, handler: Any, breaker: BreakerSetting
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        await _end_stragglers(1 if len(signals) > 1 else 0)
     return 0
+
+
+async def _end_stragglers(status: int, timeout: float = 5.0) -> None:
+    """Cancel what is still running (bounded), so that asyncio.run can return; a task that
+    keeps swallowing its cancellation is reported and the process ends regardless."""
+    current = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        tasks = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+        if not tasks:
+            return
+        if loop.time() >= deadline:
+            names = ", ".join(sorted(t.get_name() for t in tasks))
+            log.warning("tasks still running at exit: %s; exiting anyway", names)
+            logging.shutdown()
+            os._exit(status)
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks, timeout=0.2)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

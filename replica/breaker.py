@@ -106,6 +106,8 @@ def _reset_timeout_passed(breaker: Any) -> bool:
     if isinstance(breaker, AsyncCircuitBreaker):
         return False
     opened_at = getattr(breaker, "opened_at", None)
+    if opened_at is None:  # pybreaker keeps it in its state storage (also for Redis storage)
+        opened_at = getattr(getattr(breaker, "_state_storage", None), "opened_at", None)
     reset = getattr(breaker, "reset_timeout", None)
     if not isinstance(reset, int | float) or isinstance(reset, bool):
         return False

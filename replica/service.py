@@ -39,7 +39,7 @@ from replica.http import create_app
 from replica.metrics import ReplicaMetrics
 from replica.pool import DRAIN_SOURCE, PausablePool
 from replica.settings import BreakerSettings, ReplicaSettings
-from replica.source import READ_BLOCK_S, StreamSource
+from replica.source import READ_BLOCK_S, StreamSource, cancel_bounded
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,6 @@ class ReplicaService:
         self._server: _Server | None = None
         self._serving: asyncio.Task[None] | None = None
         self._follower: asyncio.Task[None] | None = None
-        self._context_token: contextvars.Token[HandlerContext] | None = None
         self._started = False
         self._stopped = False
         self.port: int = settings.port
@@ -127,11 +126,17 @@ class ReplicaService:
         self._socket = bind_socket(s.host, s.port)
         self.port = int(self._socket.getsockname()[1])
         self._started = True
-        self._context_token = _context.set(
+        # The workers are started in a context holding the handler context (they copy it);
+        # the caller's own context is left as it was.
+        handler_context = contextvars.copy_context()
+        handler_context.run(
+            _context.set,
             HandlerContext(redis=self.redis, fleet=s.fleet, replica_id=s.replica_id,
-                           keys=s.keys, settings=s)
+                           keys=s.keys, settings=s),
         )
-        await self.pool.start()  # the workers copy the handler context now
+        await asyncio.create_task(
+            self.pool.start(), name="replica-pool-start", context=handler_context
+        )
         await self.controller.start()
         await self.source.start()
         if self.handler.breaker is not None:
@@ -180,12 +185,14 @@ class ReplicaService:
                 await self.source.stop(drain_s)
                 await self._cancel(self._follower)
                 await self.controller.stop()
+                # A cancellation redis-py swallowed (Python 3.11) can leave a controller task
+                # running after stop(): cancel again, bounded, so the process can exit.
+                for task in list(getattr(self.controller, "_tasks", [])):
+                    if not task.done():
+                        await cancel_bounded(task, 2.0)
         finally:
             # Phase 2: HTTP, then Redis.
             await self._stop_http()
-            if self._context_token is not None:
-                _context.reset(self._context_token)
-                self._context_token = None
             with contextlib.suppress(Exception):
                 await self.redis.aclose()
         log.info("replica %s stopped", self.settings.replica_id)
@@ -206,8 +213,7 @@ class ReplicaService:
     @staticmethod
     async def _cancel(task: asyncio.Task[Any] | None) -> None:
         if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_bounded(task)
 
     # ------------------------------------------------------------------ views
 

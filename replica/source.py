@@ -190,8 +190,7 @@ class StreamSource:
         try:
             await asyncio.wait_for(asyncio.shield(reader), READ_BLOCK_S + REDIS_OP_TIMEOUT_S)
         except TimeoutError:
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
+            await cancel_bounded(reader)
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop reading, let in-flight items finish within ``timeout`` (default the pause
@@ -208,10 +207,8 @@ class StreamSource:
                 async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
                     await asyncio.shield(self._flush_acks())
         finally:
-            keeper = self._keeper
-            if keeper is not None and not keeper.done():
-                keeper.cancel()
-                await asyncio.gather(keeper, return_exceptions=True)
+            if self._keeper is not None:
+                await cancel_bounded(self._keeper)
         left = len(self._local)
         log.info(
             "%s stopped reading %s: %d done, %d handed back unstarted and %d awaiting retry "
@@ -270,6 +267,7 @@ class StreamSource:
     async def _read_loop(self) -> None:
         backoff = BACKOFF_MIN_S
         while not self._stopping:
+            _check_cancelled()
             self._wake.clear()
             if self.pool.paused or self.pool.closed:
                 await self._wait()
@@ -522,6 +520,7 @@ class StreamSource:
     async def _keep_loop(self) -> None:
         every = max(self.claim_idle / 3, 0.05)
         while True:
+            _check_cancelled()
             await asyncio.sleep(every)
             try:
                 async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
@@ -568,6 +567,28 @@ class StreamSource:
             log.warning("%d acks still unsent (%s)", len(ids), exc)
             return
         self._unacked.difference_update(ids)
+
+
+async def cancel_bounded(task: asyncio.Task[Any], timeout: float = 5.0) -> None:
+    """Cancel ``task`` and wait for it, cancelling again if a cancellation was lost."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not task.done() and loop.time() < deadline:
+        task.cancel()
+        await asyncio.wait([task], timeout=0.2)
+    if not task.done():
+        log.warning("task %s did not stop within %ss", task.get_name(), timeout)
+
+
+def _check_cancelled() -> None:
+    """Raise CancelledError if this task was cancelled but the cancellation got lost.
+
+    On Python 3.11, a cancel that lands while redis-py is inside a command can be swallowed
+    (the command ends with a ConnectionError or returns); without this check a loop that
+    catches RedisError would run on for ever after ``cancel()``."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _entries(reply: Any) -> list[tuple[Any, Any]]:
