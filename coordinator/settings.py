@@ -35,37 +35,36 @@ class CoordinatorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLEETGATE_", extra="ignore")
 
     redis_url: str = "redis://127.0.0.1:6379/0"
-    """FLEETGATE_REDIS_URL: where the fleet's state lives."""
+    """Where the fleet's state lives (also --redis-url)."""
     fleet: str = "default"
-    """FLEETGATE_FLEET: the fleet this coordinator manages."""
+    """The fleet the CLI and the API act on (also --fleet)."""
 
     admin_token: SecretStr | None = None
-    """FLEETGATE_ADMIN_TOKEN: Bearer token for writes (and reads)."""
+    """Bearer token of the API for pauses and resumes (and reads); `fleetgate serve` refuses to start without one unless --insecure-no-auth."""
     admin_name: str = "admin"
-    """FLEETGATE_ADMIN_NAME: the operator name the audit trail records for the admin token."""
+    """The operator name the audit trail records for the admin token."""
     view_token: SecretStr | None = None
-    """FLEETGATE_VIEW_TOKEN: Bearer token for read-only access."""
+    """Bearer token of the API for reads only (a write with it gets 403)."""
     view_name: str = "viewer"
-    """FLEETGATE_VIEW_NAME: the name of the view token's holder."""
+    """The name of the view token's holder."""
     tokens_file: Path | None = None
-    """FLEETGATE_TOKENS_FILE: more named operators, JSON or ``name:token[:role]`` lines."""
+    """A file of more named operators: JSON, or `name:token[:role]` lines (role admin or view)."""
     metrics_auth: bool = False
-    """FLEETGATE_METRICS_AUTH: require a token on ``/metrics`` too (Prometheus scrapes it without
-    one by default)."""
+    """Require a token on /metrics too (by default Prometheus scrapes it without one)."""
 
     max_pause: float = Field(default=1800.0)
-    """FLEETGATE_MAX_PAUSE: a pause with no window is overdue after this long (default 30m)."""
+    """Seconds after which a pause given no window (--for) is overdue: the metric and the warning."""
     overdue_log_interval: float = Field(default=60.0)
-    """FLEETGATE_OVERDUE_LOG_INTERVAL: how often the watcher logs an overdue pause."""
+    """Seconds between the warnings `fleetgate serve` logs while a pause is overdue."""
     restore_interval: float = Field(default=5.0)
-    """FLEETGATE_RESTORE_INTERVAL: how often the watcher rebuilds a state hash Redis lost."""
+    """Seconds between the checks `fleetgate serve` makes for a state hash Redis lost (restored from the replicas)."""
     max_wait: float = Field(default=300.0)
-    """FLEETGATE_MAX_WAIT: the longest an HTTP ``wait=true`` pause or resume blocks."""
+    """The longest, in seconds, an API pause or resume with wait=true blocks."""
 
     host: str = "127.0.0.1"
-    """FLEETGATE_HOST: where ``fleetgate serve`` listens."""
+    """Where `fleetgate serve` listens (also --host)."""
     port: int = Field(default=8080, ge=0, le=65535)
-    """FLEETGATE_PORT."""
+    """The port of `fleetgate serve` (also --port)."""
 
     @field_validator("fleet")
     @classmethod
