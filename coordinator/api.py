@@ -209,6 +209,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.runtime = runtime
+
     @app.exception_handler(RedisError)
     async def _redis_down(request: Request, exc: RedisError) -> JSONResponse:
         log.warning("%s %s: Redis unreachable: %s", request.method, request.url.path, exc)
@@ -274,7 +275,6 @@ def create_app(
             expected_for=window,
             auto_resume_after=window if body.auto_resume else None,
         )
-        log.info("fleet %s paused by %s via the API: %r", fleet.name, operator.name, body.reason)
         report = None
         if body.wait:
             report = await fleet.wait(state.version, timeout=min(body.timeout, settings.max_wait))
@@ -294,7 +294,6 @@ def create_app(
         body = body or ResumeRequest()
         stagger = None if body.stagger_seconds is None else timedelta(seconds=body.stagger_seconds)
         state = await fleet.resume(by=operator.name, stagger=stagger)
-        log.info("fleet %s resumed by %s via the API", fleet.name, operator.name)
         report = None
         if body.wait:
             report = await fleet.wait(state.version, timeout=min(body.timeout, settings.max_wait))

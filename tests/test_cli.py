@@ -385,7 +385,7 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "--reason" in out and "--auto-resume" in out
 
 
-def test_demo_runs_the_demo_and_exits_with_its_status(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "demo", "--json")
+def test_demo_pool_runs_the_pool_demo_and_exits_with_its_status(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "demo", "--pool", "--json")
     assert code == 0
     assert json.loads(out)["ok"] is True
