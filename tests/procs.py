@@ -3,14 +3,13 @@
 ``replica_processes(...)`` starts N replicas on free ports with the given environment, waits
 (bounded) for each one's ``/healthz``, and always kills what is left on exit. Each process
 writes its log to a file the test can read. The helpers below read what the demo handler
-recorded in Redis and publish fleet pauses through the contract.
+recorded in Redis and pause or resume the fleet through ``coordinator.Fleet``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -24,16 +23,9 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
+from coordinator.fleet import Fleet
 from coordinator.localredis import free_port
-from replica.contract import (
-    AUDIT_MAXLEN,
-    ITEM_FIELD,
-    SET_STATE_LUA,
-    WORK_GROUP,
-    Keys,
-    format_time,
-    now_utc,
-)
+from replica.contract import WORK_GROUP, Keys
 
 REPLICA = str(Path(sys.executable).with_name("fleetgate-replica"))
 TOKEN = "process-test-token"
@@ -147,12 +139,9 @@ async def replica_processes(
 
 
 async def enqueue(redis: aioredis.Redis, fleet: str, count: int) -> list[str]:
-    """``count`` items like ``fleetgate enqueue --count N`` makes: {"id": "item-000001", ...}."""
+    """``count`` items like ``fleetgate enqueue --count N`` makes, through ``Fleet.enqueue``."""
     ids = [f"item-{i:06d}" for i in range(1, count + 1)]
-    pipe = redis.pipeline(transaction=False)
-    for item_id in ids:
-        pipe.xadd(Keys(fleet).work, {ITEM_FIELD: json.dumps({"id": item_id, "n": item_id[-6:]})})
-    await pipe.execute()
+    await Fleet(redis, fleet).enqueue({"id": item_id, "n": int(item_id[-6:])} for item_id in ids)
     return ids
 
 
@@ -181,14 +170,14 @@ async def wait_done(redis: aioredis.Redis, fleet: str, count: int, timeout: floa
             await asyncio.sleep(0.05)
 
 
-async def set_fleet_state(redis: aioredis.Redis, fleet: str, action: str, reason: str = "") -> None:
-    """Pause or resume the fleet through the contract's script (what ``Fleet`` does)."""
-    keys = Keys(fleet)
-    await redis.eval(  # type: ignore[misc]
-        SET_STATE_LUA, 4, keys.state, keys.audit, keys.control, keys.replicas,
-        action, reason, "process-tests", format_time(now_utc()), "", "", "0", fleet,
-        str(AUDIT_MAXLEN), "1",
-    )
+async def set_fleet_state(redis: aioredis.Redis, fleet: str, action: str, reason: str = "") -> int:
+    """Pause or resume the fleet through ``coordinator.Fleet``; the new state's version."""
+    f = Fleet(redis, fleet)
+    if action == "pause":
+        state = await f.pause(reason, by="process-tests")
+    else:
+        state = await f.resume(by="process-tests")
+    return state.version
 
 
 def now_ms() -> int:

@@ -17,6 +17,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from coordinator.fleet import Fleet
 from replica.contract import Keys
 from tests.procs import (
     AUTH,
@@ -72,7 +73,9 @@ async def test_a_fleet_pause_starts_nothing_during_the_hold_and_loses_nothing(
         expected = await enqueue(redis, fleet_name, ITEMS)
         await wait_some_done(redis, fleet_name, 40)
 
-        await set_fleet_state(redis, fleet_name, "pause", "db maintenance")
+        version = await set_fleet_state(redis, fleet_name, "pause", "db maintenance")
+        report = await Fleet(redis, fleet_name).wait(version, timeout=30)
+        assert report.ok, report.to_dict()  # every replica acknowledged: applied and quiet
         states = await wait_until_all(
             http, procs, lambda s: "fleet" in s["holds"] and s["in_flight"] == 0
         )
@@ -88,7 +91,8 @@ async def test_a_fleet_pause_starts_nothing_during_the_hold_and_loses_nothing(
         assert done_at_quiet < ITEMS, "the pause came too late to test anything"
         await asyncio.sleep(1.0)  # the hold: a window in which a leaky replica would start items
         resume_ms = now_ms()
-        await set_fleet_state(redis, fleet_name, "resume")
+        version = await set_fleet_state(redis, fleet_name, "resume")
+        assert (await Fleet(redis, fleet_name).wait(version, timeout=30)).ok
 
         await wait_done(redis, fleet_name, ITEMS)
         await wait_until_all(http, procs, lambda s: not s["paused"] and s["in_flight"] == 0)
