@@ -256,8 +256,6 @@ def pause(
 @app.command()
 def resume(
     ctx: typer.Context,
-    redis_url: UrlOption = None,
-    fleet: FleetOption = None,
     by: Annotated[str | None, typer.Option("--by", help="Who (default: the OS user).")] = None,
     stagger: Annotated[
         str | None, typer.Option("--stagger", help="Spread the replicas' resumes over this window.")
@@ -265,6 +263,8 @@ def resume(
     wait: Annotated[bool, typer.Option("--wait", help="Block until every live replica runs.")] = False,
     timeout: Annotated[str, typer.Option("--timeout", help="How long --wait waits.")] = "60s",
     json_out: JsonOption = False,
+    redis_url: UrlOption = None,
+    fleet: FleetOption = None,
 ) -> None:
     """Resume the fleet: replicas continue with the queue untouched."""
     g: Globals = ctx.obj
@@ -308,13 +308,13 @@ def _report_action(
 @app.command()
 def status(
     ctx: typer.Context,
-    redis_url: UrlOption = None,
-    fleet: FleetOption = None,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh every second until Ctrl-C.")] = False,
     interval: Annotated[
         float, typer.Option("--interval", min=0.1, max=3600, help="Seconds between --watch refreshes.")
     ] = 1.0,
     json_out: JsonOption = False,
+    redis_url: UrlOption = None,
+    fleet: FleetOption = None,
 ) -> None:
     """The fleet's state and every replica: paused or running, reason, by, since, age."""
     g: Globals = ctx.obj
@@ -354,10 +354,10 @@ def status(
 @app.command()
 def history(
     ctx: typer.Context,
-    redis_url: UrlOption = None,
-    fleet: FleetOption = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000, help="How many events.")] = 20,
     json_out: JsonOption = False,
+    redis_url: UrlOption = None,
+    fleet: FleetOption = None,
 ) -> None:
     """The audit trail: every pause, resume and restore, newest first."""
     g: Globals = ctx.obj
@@ -396,8 +396,6 @@ def _read_lines(stream: TextIO, name: str) -> Iterator[Any]:
 @app.command()
 def enqueue(
     ctx: typer.Context,
-    redis_url: UrlOption = None,
-    fleet: FleetOption = None,
     items: Annotated[
         list[str] | None, typer.Argument(help="Items: JSON if they parse as JSON, else strings.")
     ] = None,
@@ -408,6 +406,8 @@ def enqueue(
         str | None, typer.Option("--file", help="One JSON item per line ('-' for stdin).")
     ] = None,
     json_out: JsonOption = False,
+    redis_url: UrlOption = None,
+    fleet: FleetOption = None,
 ) -> None:
     """Add work items to the fleet's work stream."""
     g: Globals = ctx.obj
@@ -492,8 +492,6 @@ def configure_logging(json_logs: bool, level: int = logging.INFO) -> None:
 @app.command()
 def serve(
     ctx: typer.Context,
-    redis_url: UrlOption = None,
-    fleet: FleetOption = None,
     host: Annotated[str | None, typer.Option("--host", help="Listen address [env FLEETGATE_HOST, default 127.0.0.1].")] = None,
     port: Annotated[
         int | None, typer.Option("--port", min=0, max=65535, help="Port [env FLEETGATE_PORT, default 8080].")
@@ -502,6 +500,8 @@ def serve(
         bool, typer.Option("--insecure-no-auth", help="Serve without tokens (everyone is 'anonymous').")
     ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Log JSON lines.")] = False,
+    redis_url: UrlOption = None,
+    fleet: FleetOption = None,
 ) -> None:
     """Serve the HTTP API, the dashboard and /metrics, and watch for forgotten pauses."""
     import uvicorn
