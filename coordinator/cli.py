@@ -25,13 +25,11 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Final, TextIO, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import typer
 from pydantic import ValidationError
@@ -43,7 +41,7 @@ from coordinator import render
 from coordinator.durations import InvalidDuration, parse_duration
 from coordinator.fleet import Fleet
 from coordinator.models import AuditEvent, ReplicaInfo, WaitReport
-from coordinator.settings import CoordinatorSettings, check_reason
+from coordinator.settings import CoordinatorSettings, check_reason, redact
 from replica.contract import MAX_STAGGER_S, FleetState
 from replica.errors import ConfigError, ContractError
 
@@ -131,19 +129,6 @@ def _options(
 
 def _plain(message: str) -> str:
     return " ".join(str(message).split())
-
-
-def redact(url: str) -> str:
-    """The URL without its password."""
-    try:
-        parts = urlsplit(url)
-        if parts.password:
-            netloc = parts.netloc.rsplit("@", 1)[1]
-            user = parts.username or ""
-            parts = parts._replace(netloc=f"{user}:***@{netloc}")
-        return urlunsplit(parts)
-    except ValueError:
-        return "<unreadable URL>"
 
 
 def _console() -> Console:
@@ -451,44 +436,6 @@ def enqueue(
 # ---------------------------------------------------------------------------- serve / demo
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line, with the record's ``extra`` fields."""
-
-    _STANDARD: Final = frozenset(
-        logging.LogRecord("", 0, "", 0, "", None, None).__dict__.keys()
-        | {"message", "asctime", "color_message"}
-    )
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for key, value in record.__dict__.items():
-            if key not in self._STANDARD and not key.startswith("_"):
-                out[key] = value if isinstance(value, str | int | float | bool | None) else str(value)
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, ensure_ascii=False)
-
-
-def configure_logging(json_logs: bool, level: int = logging.INFO) -> None:
-    """For ``serve``: one handler on stderr, plain or JSON lines."""
-    handler = logging.StreamHandler(sys.stderr)
-    if json_logs:
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S")
-        )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-
-
 @app.command()
 def serve(
     ctx: typer.Context,
@@ -504,27 +451,15 @@ def serve(
     fleet: FleetOption = None,
 ) -> None:
     """Serve the HTTP API, the dashboard and /metrics, and watch for forgotten pauses."""
-    import uvicorn
-
-    from coordinator.api import create_app
+    from coordinator.server import serve_forever
 
     g: Globals = ctx.obj
     settings = g.settings(redis_url=redis_url, fleet=fleet, host=host, port=port)
-    configure_logging(json_out)
     try:
-        application = create_app(settings, insecure_no_auth=insecure_no_auth)
+        started = serve_forever(settings, insecure_no_auth=insecure_no_auth, json_logs=json_out)
     except ConfigError as exc:
         raise usage(str(exc)) from None
-    log.info(
-        "serving fleet %s on http://%s:%d (Redis %s)",
-        settings.fleet, settings.host, settings.port, redact(settings.redis_url),
-    )
-    config = uvicorn.Config(
-        application, host=settings.host, port=settings.port, log_config=None, lifespan="on"
-    )
-    server = uvicorn.Server(config)
-    server.run()
-    if not server.started:
+    if not started:
         raise CliError(f"could not serve on {settings.host}:{settings.port}", EXIT_UNREACHABLE)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -100,3 +101,16 @@ class CoordinatorSettings(BaseSettings):
 
 
 __all__ = ["MAX_REASON", "CoordinatorSettings", "check_reason"]
+
+
+def redact(url: str) -> str:
+    """The URL without its password."""
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            netloc = parts.netloc.rsplit("@", 1)[1]
+            user = parts.username or ""
+            parts = parts._replace(netloc=f"{user}:***@{netloc}")
+        return urlunsplit(parts)
+    except ValueError:
+        return "<unreadable URL>"

@@ -1,0 +1,102 @@
+"""Running the coordinator's HTTP side: ``fleetgate serve``.
+
+This is an entry point's job, so it configures logging (plain or JSON lines on stderr) and
+owns SIGTERM/SIGINT: both end a graceful shutdown with exit status 0. Stock uvicorn re-raises
+the signal after shutting down, so an orchestrator stopping the coordinator would see it die
+of SIGTERM (-15), as if it had crashed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, Final
+
+import uvicorn
+
+from coordinator.api import create_app
+from coordinator.settings import CoordinatorSettings, redact
+
+log = logging.getLogger(__name__)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, with the record's ``extra`` fields."""
+
+    _STANDARD: Final = frozenset(
+        logging.LogRecord("", 0, "", 0, "", None, None).__dict__.keys()
+        | {"message", "asctime", "color_message"}
+    )
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in self._STANDARD and not key.startswith("_"):
+                out[key] = value if isinstance(value, str | int | float | bool | None) else str(value)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def configure_logging(json_logs: bool, level: int = logging.INFO) -> None:
+    """One handler on stderr, plain or JSON lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    if json_logs:
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S")
+        )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+class Server(uvicorn.Server):
+    """uvicorn whose SIGTERM/SIGINT shut down gracefully and are not re-raised afterwards."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+
+def serve_forever(
+    settings: CoordinatorSettings, *, insecure_no_auth: bool = False, json_logs: bool = False
+) -> bool:
+    """Serve until SIGTERM/SIGINT. Returns False when the server could not start (port in use).
+
+    Raises ``ConfigError`` (from ``create_app``) for settings that cannot work.
+    """
+    configure_logging(json_logs)
+    application = create_app(settings, insecure_no_auth=insecure_no_auth)
+    log.info(
+        "serving fleet %s on http://%s:%d (Redis %s)",
+        settings.fleet, settings.host, settings.port, redact(settings.redis_url),
+    )
+    config = uvicorn.Config(
+        application, host=settings.host, port=settings.port, log_config=None, lifespan="on"
+    )
+    server = Server(config)
+    server.run()
+    return bool(server.started)
