@@ -236,8 +236,9 @@ def format_time(dt: datetime | None) -> str:
         return ""
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    dt = dt.astimezone(UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    elif dt.utcoffset():
+        dt = dt.astimezone(UTC)
+    return dt.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 def parse_time(value: str | bytes | None) -> datetime | None:

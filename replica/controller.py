@@ -35,7 +35,7 @@ import logging
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -150,6 +150,134 @@ class ControllerStats:
     """Seconds from the state's change to this replica applying it (last value)."""
 
 
+_SKIP: Final = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$4\r\nSKIP\r\n"
+
+
+def _pack(command: tuple[Any, ...]) -> bytes:
+    """One command in RESP (redis-py's packer costs more than everything else at a change)."""
+    out = [b"*%d\r\n" % len(command)]
+    for arg in command:
+        if isinstance(arg, str):
+            b = arg.encode()
+        elif isinstance(arg, bytes):
+            b = arg
+        else:
+            b = str(arg).encode()
+        out.append(b"$%d\r\n%b\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+def _as_mapping(raw: Any) -> Mapping[Any, Any]:
+    """An HGETALL reply as a mapping (RESP2 gives a flat list, RESP3 a map)."""
+    if isinstance(raw, Mapping):
+        return raw
+    items = list(raw or [])
+    return dict(zip(items[::2], items[1::2], strict=False))
+
+
+class _Link:
+    """The controller's own connection for the poll, the record and the acknowledgements.
+
+    A raw connection of the client's pool class and settings, held for the controller's life:
+    ``call(commands, quiet)`` sends ``quiet`` commands with ``CLIENT REPLY SKIP`` before each
+    (no reply comes back; when the server refuses CLIENT REPLY, their replies are read later
+    and only errors kept) and ``commands`` normally, in one write, and returns the replies of
+    ``commands`` (an error reply as its exception). Any failure mid-way drops the connection,
+    so replies can never get out of step.
+    """
+
+    def __init__(self, redis: Redis) -> None:
+        self._pool = redis.connection_pool
+        self._conn: Any = None
+        self._skip: bool = False
+        self._unread = 0
+        self._errors: list[BaseException] = []
+
+    def take_errors(self) -> list[BaseException]:
+        errors, self._errors = self._errors, []
+        return errors
+
+    async def _connection(self) -> Any:
+        conn = self._conn
+        if conn is not None and conn.is_connected:
+            return conn
+        self._conn = None
+        conn = self._pool.make_connection()  # type: ignore[no-untyped-call]
+        try:
+            await conn.connect()
+            # Probe CLIENT REPLY: allowed, the first PING's reply is skipped; refused (an ACL),
+            # an error comes first and both PINGs answer.
+            await conn.send_packed_command(conn.pack_commands(
+                [("CLIENT", "REPLY", "SKIP"), ("PING", "a"), ("PING", "b")]
+            ), check_health=False)
+            first = await self._read(conn)
+            if isinstance(first, BaseException):
+                self._skip = False
+                await self._read(conn)
+                await self._read(conn)
+            else:
+                self._skip = True
+        except BaseException:
+            await _bounded(conn.disconnect(nowait=True), 1.0)
+            raise
+        self._conn = conn
+        self._unread = 0
+        return conn
+
+    @staticmethod
+    async def _read(conn: Any) -> Any:
+        try:
+            return await conn.read_response()
+        except ResponseError as exc:
+            return exc
+
+    async def call(
+        self, commands: list[tuple[Any, ...]], quiet: Sequence[tuple[Any, ...]] = ()
+    ) -> list[Any]:
+        conn = await self._connection()
+        wire: list[bytes] = []
+        unread = self._unread
+        for command in quiet:
+            if self._skip:
+                wire.append(_SKIP)
+            else:
+                unread += 1
+            wire.append(_pack(command))
+        wire += [_pack(c) for c in commands]
+        try:
+            await conn.send_packed_command(b"".join(wire), check_health=False)
+            self._unread = unread
+            if not commands:
+                return []
+            for _ in range(self._unread):
+                reply = await self._read(conn)
+                if isinstance(reply, BaseException):
+                    self._errors.append(reply)
+            self._unread = 0
+            return [await self._read(conn) for _ in commands]
+        except BaseException:
+            self._conn = None
+            self._unread = 0
+            await _bounded(conn.disconnect(nowait=True), 1.0)
+            raise
+
+    def write_quiet(self, quiet: Sequence[tuple[Any, ...]]) -> bool:
+        """Write ``quiet`` commands at once, without waiting (no replies: CLIENT REPLY SKIP).
+        False when that cannot be done now (not connected, or the server refuses CLIENT
+        REPLY): the caller then goes through ``call``."""
+        conn = self._conn
+        writer = getattr(conn, "_writer", None) if conn is not None else None
+        if not self._skip or writer is None or writer.is_closing():
+            return False
+        writer.write(b"".join(_SKIP + _pack(c) for c in quiet))
+        return True
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await _bounded(conn.disconnect(nowait=True), 1.0)
+
+
 class _Backoff:
     """Exponential backoff with jitter (half to full of the current step)."""
 
@@ -212,6 +340,16 @@ class FleetController:
         self.pubsub_ping_interval = pubsub_ping_interval
         self.reconnect_cap = reconnect_cap
         self._restore_script = redis.register_script(RESTORE_STATE_LUA)
+        self._link = _Link(redis)
+        self._applied_json = ""
+        self._applying = False
+        self._started_at = now_utc()
+        self._static_fields = {
+            R_HEARTBEAT_INTERVAL: f"{self.heartbeat_interval:g}",
+            R_POLL_INTERVAL: f"{self.poll_interval:g}",
+            R_HOST: self.host,
+            R_STARTED_AT: format_time(self._started_at),
+        }
         self._listeners: list[StateListener] = []
 
         # applied state
@@ -234,12 +372,14 @@ class FleetController:
         self._synced = False
         self._ready = asyncio.Event()
         self._failed = asyncio.Event()
+        """Set when start() has its answer without being ready: a poll failed, or the state
+        was read but the subscription failed."""
+        self._sub_failed = False
         self._wake = asyncio.Event()
         self._poll_now = True
         self._record_dirty = True
         self._acks: set[str] = set()
         self._restore_due = False
-        self._started_at = now_utc()
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self._stopped = False
@@ -398,13 +538,14 @@ class FleetController:
     async def _remove_record(self) -> None:
         try:
             async with asyncio.timeout(2.0):
-                pipe = self._redis.pipeline(transaction=False)
-                pipe.delete(self._record_key)
-                pipe.zrem(self._keys.replicas, self._replica_id)
-                await uncancelled(pipe.execute())
+                await uncancelled(self._link.call([
+                    ("DEL", self._record_key), ("ZREM", self._keys.replicas, self._replica_id),
+                ]))
         except _NET_ERRORS as exc:
             log.info("fleet %s replica %s: could not remove the record on stop: %r",
                      self._fleet, self._replica_id, exc)
+        finally:
+            await self._link.close()
 
     # ------------------------------------------------------------------ applying states
 
@@ -436,9 +577,18 @@ class FleetController:
         self._apply(state, source)
 
     def _apply(self, state: FleetState, source: str) -> None:
+        self._applying = True
+        try:
+            self._apply_state(state, source)
+        finally:
+            self._applying = False
+        self._kick()
+
+    def _apply_state(self, state: FleetState, source: str) -> None:
         prev = self._applied
         now = now_utc()
         self._applied = state
+        self._applied_json = state.to_json()
         self._applied_wall = now
         self._apply_seq += 1
         self._applied_count += 1
@@ -466,15 +616,15 @@ class FleetController:
             pool.release(CONTROL_PLANE_SOURCE)
         self._acks.add(ACK_APPLIED)
         self._record_dirty = True
-        self._wake.set()
-        log.info(
-            "fleet %s replica %s: applied v%d from %s: %s%s: %d in flight, %d queued%s",
-            self._fleet, self._replica_id, state.version, source,
-            "paused" if state.effectively_paused(now) else "running",
-            f" ({state.reason}, by {state.by})" if state.paused else "",
-            pool.in_flight, pool.queued,
-            "" if propagation is None else f", {propagation * 1000:.0f} ms after the change",
-        )
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "fleet %s replica %s: applied v%d from %s: %s%s: %d in flight, %d queued%s",
+                self._fleet, self._replica_id, state.version, source,
+                "paused" if state.effectively_paused(now) else "running",
+                f" ({state.reason}, by {state.by})" if state.paused else "",
+                pool.in_flight, pool.queued,
+                "" if propagation is None else f", {propagation * 1000:.0f} ms after the change",
+            )
         for listener in list(self._listeners):
             try:
                 listener(state, propagation)
@@ -558,6 +708,27 @@ class FleetController:
             self._quiet_at = now_utc()
             self._acks.add(ACK_QUIET)
         self._record_dirty = True
+        if not self._applying:
+            self._kick()
+
+    def _kick(self) -> None:
+        """Send what changed: the record and the ack straight onto the link when it can take
+        them without a round trip (the fast path at a fleet-wide change), else through the
+        sync loop."""
+        if self._acks and self._started and not self._stopped:
+            acks = self._acks
+            quiet = self._record_commands(full=False)
+            quiet.append(("PUBLISH", self._keys.acks, self._ack(acks).to_json()))
+            try:
+                sent = self._link.write_quiet(quiet)
+            except Exception as exc:  # a transport that broke: the sync loop reconnects
+                log.debug("fleet %s: direct write failed: %r", self._fleet, exc)
+                sent = False
+            if sent:
+                self._acks = set()
+                self._record_dirty = False
+                self._heartbeats += 1
+                return
         self._wake.set()
 
     # ------------------------------------------------------------------ pub/sub
@@ -625,7 +796,8 @@ class FleetController:
             except _NET_ERRORS as exc:
                 self._subscribed = False
                 self._set_connected(False)
-                if not self._ready.is_set():
+                self._sub_failed = True
+                if self._synced:  # start() has its answer: state read, not subscribed
                     self._failed.set()
                 log.debug("fleet %s replica %s: control channel lost: %r",
                           self._fleet, self._replica_id, exc)
@@ -723,39 +895,39 @@ class FleetController:
                 next_heartbeat = now + self.heartbeat_interval
 
     async def _round_trip(self, poll: bool, heartbeat: bool, peers: bool) -> None:
-        """One pipeline: read the state hash (poll), read the peer list (stagger), write the
-        record (heartbeat) and publish an acknowledgement. The record is written before the
-        ack is published, so a reader that subscribes to acks and then reads records misses
-        nothing."""
+        """One write to Redis: read the state hash (poll), read the peer list (stagger), write
+        the record (heartbeat) and publish an acknowledgement.
+
+        The record is written before the ack is published, so a reader that subscribes to acks
+        and then reads records misses nothing. A record write that goes with an ack is sent
+        without waiting for replies (``CLIENT REPLY SKIP``): at a fleet-wide change every
+        replica does it at once, and the saved reply per replica is most of the cost."""
         keys = self._keys
-        pipe = self._redis.pipeline(transaction=False)
         sub_gen = self._sub_gen if self._subscribed else -1
         poll_seq = self._apply_seq
+        commands: list[tuple[Any, ...]] = []
+        quiet: list[tuple[Any, ...]] = []
         if poll:
             self._poll_now = False
-            pipe.hgetall(keys.state)
-        stale_before_ms = int((time.time() - STALE_HEARTBEATS * self.heartbeat_interval) * 1000)
+            commands.append(("HGETALL", keys.state))
         if peers:
-            pipe.zrangebyscore(keys.replicas, stale_before_ms, "+inf")
+            stale_ms = int((time.time() - STALE_HEARTBEATS * self.heartbeat_interval) * 1000)
+            commands.append(("ZRANGEBYSCORE", keys.replicas, stale_ms, "+inf"))
         acks = self._acks
         self._acks = set()
         record_written = False
         if heartbeat or acks:
             self._record_dirty = False
             record_written = True
-            now_ms = int(time.time() * 1000)
-            record: dict[Any, Any] = self._record()
-            pipe.hset(self._record_key, mapping=record)
-            pipe.pexpire(
-                self._record_key,
-                int(self.heartbeat_interval * RECORD_TTL_HEARTBEATS * 1000),
-            )
-            pipe.zadd(keys.replicas, {self._replica_id: now_ms})
-        if acks:
-            pipe.publish(keys.acks, self._ack(acks).to_json())
+            writes = self._record_commands(full=not acks)
+            if acks:
+                quiet += writes
+                quiet.append(("PUBLISH", keys.acks, self._ack(acks).to_json()))
+            else:
+                commands += writes
         try:
             async with asyncio.timeout(self.io_timeout):
-                results = await uncancelled(pipe.execute(raise_on_error=False))
+                results = await uncancelled(self._link.call(commands, quiet))
         except BaseException:
             # not sent: keep what still has to go out
             self._acks |= acks
@@ -775,7 +947,9 @@ class FleetController:
             else:
                 self._polls += 1
                 self._last_poll_at = now_utc()
-                self._on_poll(raw, poll_seq)
+                self._on_poll(_as_mapping(raw), poll_seq)
+                if self._sub_failed and self._synced:
+                    self._failed.set()
                 if sub_gen >= 0 and self._subscribed and sub_gen == self._sub_gen:
                     self._set_connected(True)
                     self._ready.set()
@@ -786,23 +960,34 @@ class FleetController:
                 self._on_peers([text(p) for p in found])
             else:
                 self._pending_stagger = None  # keep the offset derived from the id alone
-        for result in results[i:]:
-            if isinstance(result, BaseException):
-                # A write the replica may not do (an ACL without the acks channel, a
-                # read-only replica): report once, count, carry on following the fleet.
-                self._write_failures += 1
-                if not self._write_logged:
-                    self._write_logged = True
-                    log.warning("fleet %s replica %s: cannot write its record or publish its "
-                                "acknowledgement (%s); further failures are only counted",
-                                self._fleet, self._replica_id, str(result)[:120])
-                break
-        else:
-            if record_written:
-                self._heartbeats += 1
+        refused = [r for r in results[i:] if isinstance(r, BaseException)]
+        refused += self._link.take_errors()
+        if refused:
+            # A write the replica may not do (an ACL without the acks channel, a read-only
+            # server): report once, count, carry on following the fleet.
+            self._write_failures += len(refused)
+            if not self._write_logged:
+                self._write_logged = True
+                log.warning("fleet %s replica %s: cannot write its record or publish its "
+                            "acknowledgement (%s); further failures are only counted",
+                            self._fleet, self._replica_id, str(refused[0])[:120])
+        elif record_written:
+            self._heartbeats += 1
         if poll_error is not None:
             raise poll_error
         self._link_ok = True
+
+    def _record_commands(self, full: bool = True) -> list[tuple[Any, ...]]:
+        record = self._record(full)
+        flat: list[str] = []
+        for k, v in record.items():
+            flat += (k, v)
+        return [
+            ("HSET", self._record_key, *flat),
+            ("PEXPIRE", self._record_key,
+             int(self.heartbeat_interval * RECORD_TTL_HEARTBEATS * 1000)),
+            ("ZADD", self._keys.replicas, int(time.time() * 1000), self._replica_id),
+        ]
 
     def _on_poll(self, raw: Mapping[Any, Any], poll_seq: int) -> None:
         if not raw:
@@ -867,40 +1052,38 @@ class FleetController:
 
     # ------------------------------------------------------------------ record and acks
 
-    def _record(self) -> dict[str, str]:
+    def _record(self, full: bool = True) -> dict[str, str]:
+        """The record's fields: all of them (a heartbeat), or only those a change touches
+        (with an acknowledgement, where every replica of the fleet writes at once)."""
         pool = self._pool
         holds = pool.holds
-        stats = pool.stats()
         applied = self._applied
         fields: dict[str, str] = {}
-        if self._extra_fields is not None:
+        if full and self._extra_fields is not None:
             try:
                 for k, v in self._extra_fields().items():
                     if k not in RECORD_FIELDS:
                         fields[str(k)] = str(v)
             except Exception:
                 log.exception("fleet %s: extra_fields failed", self._fleet)
-        fields.update({
-            R_PAUSED: "1" if pool.paused else "0",
-            R_HOLDS: json.dumps(holds, sort_keys=True),
-            R_FLEET_HELD: "1" if FLEET_SOURCE in holds else "0",
-            R_APPLIED_VERSION: str(applied.version if applied is not None else 0),
-            R_APPLIED_STATE: applied.to_json() if applied is not None else "",
-            R_APPLIED_AT: format_time(self._applied_wall),
-            R_RESUME_AT: format_time(self._pending_resume_at),
-            R_IN_FLIGHT: str(pool.in_flight),
-            R_QUEUED: str(pool.queued),
-            R_QUIET: "1" if pool.quiet else "0",
-            R_QUIET_AT: format_time(self._quiet_at),
-            R_CONTROL: CONTROL_CONNECTED if self._subscribed else CONTROL_DISCONNECTED,
-            R_HEARTBEAT_AT: format_time(now_utc()),
-            R_HEARTBEAT_INTERVAL: f"{self.heartbeat_interval:g}",
-            R_POLL_INTERVAL: f"{self.poll_interval:g}",
-            R_HOST: self.host,
-            R_STARTED_AT: format_time(self._started_at),
-            R_PROCESSED: str(stats.processed),
-            R_FAILED: str(stats.failed),
-        })
+        fields[R_PAUSED] = "1" if holds else "0"
+        fields[R_HOLDS] = json.dumps(holds, sort_keys=True) if holds else "{}"
+        fields[R_FLEET_HELD] = "1" if FLEET_SOURCE in holds else "0"
+        fields[R_APPLIED_VERSION] = str(applied.version if applied is not None else 0)
+        fields[R_APPLIED_STATE] = self._applied_json
+        fields[R_APPLIED_AT] = format_time(self._applied_wall)
+        fields[R_RESUME_AT] = format_time(self._pending_resume_at)
+        fields[R_IN_FLIGHT] = str(pool.in_flight)
+        fields[R_QUEUED] = str(pool.queued)
+        fields[R_QUIET] = "1" if holds and not pool.in_flight else "0"
+        fields[R_QUIET_AT] = format_time(self._quiet_at)
+        fields[R_CONTROL] = CONTROL_CONNECTED if self._subscribed else CONTROL_DISCONNECTED
+        fields[R_HEARTBEAT_AT] = format_time(now_utc())
+        if full:
+            stats = pool.stats()
+            fields.update(self._static_fields)
+            fields[R_PROCESSED] = str(stats.processed)
+            fields[R_FAILED] = str(stats.failed)
         return fields
 
     def _ack(self, events: set[str]) -> Ack:

@@ -102,7 +102,7 @@ async def test_the_record_expires_a_few_heartbeats_after_the_last_one(
 async def test_the_record_carries_extra_fields_and_the_pool_counters(
     redis_url: str, redis: aioredis.Redis, fleet_name: str
 ) -> None:
-    replica = Replica(redis_url, fleet_name, "pod-x",
+    replica = Replica(redis_url, fleet_name, "pod-x", heartbeat_interval=0.2,
                       extra_fields=lambda: {"queue_capacity": 7, "paused": "overridden?"})
     await replica.start()
     try:
@@ -111,7 +111,9 @@ async def test_the_record_carries_extra_fields_and_the_pool_counters(
         fleet = Fleet(redis, fleet_name)
         state = await fleet.pause("counting", by="t")  # a change writes the record at once
         assert (await fleet.wait(state.version, timeout=10)).ok
-        record = await redis.hgetall(Keys(fleet_name).replica("pod-x"))
+        key = Keys(fleet_name).replica("pod-x")
+        await until(lambda: _field_is(redis, key, "processed", "1"))  # the next heartbeat
+        record = await redis.hgetall(key)
         assert record["queue_capacity"] == "7"
         assert record["paused"] == "1"  # extra fields never override the contract's
         assert record["processed"] == "1" and record["failed"] == "0"
@@ -119,6 +121,10 @@ async def test_the_record_carries_extra_fields_and_the_pool_counters(
         assert FleetState.from_json(record["applied_state"], fleet_name) == state
     finally:
         await replica.stop()
+
+
+async def _field_is(redis: aioredis.Redis, key: str, field: str, value: str) -> bool:
+    return bool(await redis.hget(key, field) == value)
 
 
 def test_bad_arguments_are_refused_at_construction() -> None:
