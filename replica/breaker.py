@@ -36,7 +36,7 @@ from enum import Enum
 from types import TracebackType
 from typing import Any, Final, Literal, Protocol, TypeVar, runtime_checkable
 
-from replica.errors import FleetgateError
+from replica.errors import BreakerOpen
 from replica.pool import PausablePool
 
 log = logging.getLogger(__name__)
@@ -68,10 +68,6 @@ class Breaker(Protocol):
 
     @property
     def state(self) -> Any: ...
-
-
-class BreakerOpen(FleetgateError):
-    """A call refused because the breaker is open (the dependency is considered down)."""
 
 
 def _spelling(value: Any) -> str:

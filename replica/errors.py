@@ -7,6 +7,8 @@ The hierarchy::
     ├── ItemCancelled              passed to on_error for an item cut off by drain() past its deadline
     ├── ItemTimeout                passed to on_error for an item that ran past item_timeout
     │                              (also a builtin TimeoutError)
+    ├── BreakerOpen                a call refused by an open AsyncCircuitBreaker (the dependency
+    │                              is considered down; the source retries it after the outage)
     ├── ConfigError                a setting or handler reference that cannot work (exit status 2)
     │   └── InvalidDuration        a duration ("30m", "90s") that cannot be read or is out of bounds
     │                              (also a builtin ValueError)
@@ -34,6 +36,10 @@ class ItemCancelled(FleetgateError):
 
 class ItemTimeout(FleetgateError, TimeoutError):
     """An item's handler ran past ``item_timeout`` and was cancelled."""
+
+
+class BreakerOpen(FleetgateError):
+    """A call refused because the breaker is open (the dependency is considered down)."""
 
 
 class ConfigError(FleetgateError):
