@@ -18,10 +18,10 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -68,10 +68,11 @@ from replica.contract import (
     timedelta_s,
     validate_fleet,
 )
-from replica.controller import uncancelled
+from replica.controller import Subscription, uncancelled
 from replica.errors import ContractError, InvalidMessage
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 READ_RECORDS_LUA: Final = """
 -- fleetgate: read many replica records in one command (KEYS: the record keys, one slot).
@@ -93,6 +94,9 @@ _WAIT_FIELDS: Final = (
 )
 _BATCH: Final = 500
 """Records read per script call (bounded so one call never blocks Redis long)."""
+LIVE_HEARTBEAT_S: Final = 10.0
+"""Before its record is read, a replica counts as live when its heartbeat score is within
+2.5 times this (the default heartbeat interval)."""
 PRUNE_AFTER: Final = timedelta(hours=1)
 """A replica id silent this long leaves the ``replicas`` set at the next change."""
 
@@ -165,16 +169,32 @@ class _View:
             self.quiet_at = ack.at
 
 
-async def _next_message(pubsub: Any, timeout: float) -> Mapping[str, Any] | None:
-    """The next pub/sub message, or None; a message that is not UTF-8 (for a client that
-    decodes responses) is skipped, as an invalid ack would be."""
+async def _next_message(sub: Subscription, timeout: float) -> Mapping[str, Any] | None:
+    """The next pub/sub message as ``{"type": ..., "data": ...}``, or None after ``timeout``
+    (0: only what was already read). Error replies raise."""
+    reply = sub.buffered() if timeout <= 0 else await sub.read(timeout)
+    if reply is None:
+        return None
+    if isinstance(reply, BaseException):
+        raise reply
+    if not isinstance(reply, list) or len(reply) < 3:
+        return {"type": "other"}
+    return {"type": text(reply[0]), "data": reply[2]}
+
+
+async def _again(call: Callable[[], Awaitable[T]]) -> T:
+    """Run a Redis call, once more after a ConnectionError: a client keeps connections that
+    died with a Redis restart, and redis-py (8.1) does not always retry on them. Used for
+    reads and for the state-change scripts, where a second run is harmless (a pause bumps the
+    version once more; a resume of a running fleet is a no-op; a restore is idempotent)."""
     try:
-        message: Mapping[str, Any] | None = await uncancelled(
-            pubsub.get_message(timeout=max(0.0, timeout))
-        )
-    except UnicodeDecodeError:
-        return {"type": "invalid"}
-    return message
+        return await uncancelled(call())
+    except RedisConnectionError:
+        return await uncancelled(call())
+
+
+async def _bounded_close(sub: Subscription) -> None:
+    await sub.close()
 
 
 def _time_or_none(value: str | None) -> datetime | None:
@@ -206,6 +226,37 @@ class Fleet:
         self._set_state = redis.register_script(SET_STATE_LUA)
         self._restore = redis.register_script(RESTORE_STATE_LUA)
         self._read_records = redis.register_script(READ_RECORDS_LUA)
+        self._listener: Any = None
+        self._listening_since: datetime | None = None
+        self._last_change: tuple[FleetState, dict[str, float], float] | None = None
+
+    # ------------------------------------------------------------------ listening
+
+    async def listen(self) -> Fleet:
+        """Keep a subscription to the acknowledgements open (until ``aclose()``), so ``wait``
+        needs no subscribe round trip and reads no record for an ack it could have missed:
+        for a coordinator that pauses and waits often (the API, the bench). Idempotent."""
+        if self._listener is not None:
+            return self
+        sub = await self._subscribe_acks(time.monotonic() + 10.0)
+        if sub is None:
+            raise TimeoutError("could not subscribe to the acknowledgements")
+        self._listener = sub
+        self._listening_since = now_utc()
+        return self
+
+    async def aclose(self) -> None:
+        """Close the subscription ``listen()`` opened (if any)."""
+        pubsub, self._listener = self._listener, None
+        self._listening_since = None
+        if pubsub is not None:
+            await _bounded_close(pubsub)
+
+    async def __aenter__(self) -> Fleet:
+        return await self.listen()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     @property
     def name(self) -> str:
@@ -284,7 +335,7 @@ class Fleet:
             str(prune_before),
         ]
         script_keys = [keys.state, keys.audit, keys.control, keys.replicas]
-        result = await uncancelled(self._set_state(keys=script_keys, args=args))
+        result = await _again(lambda: self._set_state(keys=script_keys, args=args))
         if text(result[0]) == "missing":
             # Redis forgot the hash, or the fleet was never paused: put back what the
             # replicas applied (if anything) before changing it, so versions never go back
@@ -292,10 +343,14 @@ class Fleet:
                 log.warning("fleet %s: the state hash was missing at %s: restored it from the "
                             "replica records first", self._name, action)
             args[9] = "1"
-            result = await uncancelled(self._set_state(keys=script_keys, args=args))
+            result = await _again(lambda: self._set_state(keys=script_keys, args=args))
         status = text(result[0])
-        fields = [text(x) for x in result[1:]]
+        fields = [text(x) for x in result[1]]
         state = FleetState.from_hash(self._name, dict(zip(fields[::2], fields[1::2], strict=True)))
+        flat = result[2]
+        members = {text(m): float(sc) for m, sc in zip(flat[::2], flat[1::2], strict=True)}
+        # what wait(state.version) would read first: kept for a moment, saves a round trip
+        self._last_change = (state, members, time.monotonic())
         if status == "ok":
             log.info("fleet %s: %s v%d by %s%s", self._name,
                      "paused" if state.paused else "resumed", state.version, by,
@@ -325,7 +380,7 @@ class Fleet:
         if snapshot.state.version >= newest.version:
             return False
         keys = self._keys
-        written = await uncancelled(self._restore(
+        written = await _again(lambda: self._restore(
             keys=[keys.state, keys.audit, keys.control],
             args=restore_args(newest, "coordinator"),
         ))
@@ -342,7 +397,7 @@ class Fleet:
 
         A pause past its ``auto_resume_at`` still reads ``paused`` here (replicas have resumed
         on their own clocks): see ``FleetState.effectively_paused()``."""
-        raw = await uncancelled(self._redis.hgetall(self._keys.state))
+        raw = await _again(lambda: self._redis.hgetall(self._keys.state))
         return FleetState.from_hash(self._name, raw)
 
     async def replicas(self, include_stale: bool = True) -> list[ReplicaInfo]:
@@ -363,8 +418,8 @@ class Fleet:
 
     async def history(self, limit: int = 50) -> list[AuditEvent]:
         """The latest audit events, newest first."""
-        entries: Any = await uncancelled(
-            self._redis.xrevrange(self._keys.audit, count=max(1, int(limit)))
+        entries: Any = await _again(
+            lambda: self._redis.xrevrange(self._keys.audit, count=max(1, int(limit)))
         )
         return [AuditEvent.from_entry(entry_id, fields) for entry_id, fields in entries or []]
 
@@ -382,8 +437,8 @@ class Fleet:
         return [text(x) for x in await uncancelled(pipe.execute())]
 
     async def _members(self) -> dict[str, float]:
-        raw: Any = await uncancelled(
-            self._redis.zrange(self._keys.replicas, 0, -1, withscores=True)
+        raw: Any = await _again(
+            lambda: self._redis.zrange(self._keys.replicas, 0, -1, withscores=True)
         )
         return {text(member): float(score) for member, score in raw}
 
@@ -411,9 +466,10 @@ class Fleet:
         out: list[list[Any]] = []
         for i in range(0, len(ids), _BATCH):
             batch = ids[i:i + _BATCH]
-            result = await uncancelled(self._read_records(
-                keys=[self._keys.replica(r) for r in batch], args=list(fields)
-            ))
+            record_keys = [self._keys.replica(r) for r in batch]
+            result = await _again(
+                lambda: self._read_records(keys=record_keys, args=list(fields))  # noqa: B023
+            )
             out.extend(list(x) for x in result)
         return out
 
@@ -428,14 +484,37 @@ class Fleet:
         views: dict[str, _View] = {}
         pause = True
         state: FleetState | None = None
-        async with self._redis.pubsub() as pubsub:
-            # Subscribe first, then read: an ack published before the subscription is in the
-            # record already (replicas write the record, then publish).
-            listening = await self._subscribe_acks(pubsub, deadline)
-            snapshot = await self._snapshot()
+        own: Subscription | None = None
+        pubsub = self._listener
+        try:
+            if pubsub is None:
+                # Subscribe first, then read: an ack published before the subscription is in
+                # the record already (replicas write the record, then publish).
+                own = pubsub = await self._subscribe_acks(deadline)
+                listening = pubsub is not None
+            else:
+                listening = True
+            last = self._last_change
+            if last is not None and last[0].version == version and \
+                    time.monotonic() - last[2] < 1.0:
+                snapshot = _Snapshot(state=last[0], members=last[1])  # from pause()/resume()
+            else:
+                snapshot = await self._snapshot()
             state = snapshot.state
             pause = state.paused
-            await self._refresh(views, list(snapshot.members))
+            changed_at = state.changed_at or state.since
+            since = self._listening_since
+            if own is None and since is not None and changed_at is not None and \
+                    changed_at >= since:
+                # Listening since before the change: every ack for it comes on the channel,
+                # so no record needs reading now (the fallback poll reads the silent ones).
+                now_ms = time.time() * 1000
+                for r, score in snapshot.members.items():
+                    if now_ms - score <= STALE_HEARTBEATS * LIVE_HEARTBEAT_S * 1000:
+                        view = views[r] = _View(r)
+                        view.alive = True
+            else:
+                await self._refresh(views, list(snapshot.members))
             required = {r for r, v in views.items() if v.alive}
             pending = {r for r in required if not views[r].reached(version, pause)}
             next_fallback = time.monotonic() + self.wait_poll_interval
@@ -444,14 +523,20 @@ class Fleet:
                 if now >= deadline:
                     break
                 step = min(deadline, next_fallback) - now
-                if listening:
+                if listening and pubsub is not None:
                     try:
                         message = await _next_message(pubsub, step)
                         while message is not None:
                             self._on_ack(message, views, required, pending, version, pause)
+                            if not pending:
+                                break
                             message = await _next_message(pubsub, 0)
                     except (RedisError, OSError) as exc:
                         listening = False  # carry on with the records alone
+                        if own is None:
+                            self._listener = None  # a broken shared subscription: drop it
+                            self._listening_since = None
+                            own = pubsub
                         log.info("fleet %s: lost the acknowledgements channel (%r): polling the "
                                  "records", self._name, exc)
                 else:
@@ -464,17 +549,27 @@ class Fleet:
                         required.discard(r)
                     new = [r for r in members if r not in views]
                     await self._refresh(views, [*pending, *new])
-                    for r in new:
+                    for r in [*pending, *new]:
                         if views[r].alive:
                             required.add(r)
+                        else:  # the record expired or the heartbeat is too old: not live
+                            required.discard(r)
+                            pending.discard(r)
                     for r in [*pending, *new]:
                         if r in required and views[r].reached(version, pause):
                             pending.discard(r)
+                        elif r in required:
+                            pending.add(r)
                     next_fallback = time.monotonic() + self.wait_poll_interval
             if pending:
                 # final word from the records, for an accurate why
                 await self._refresh(views, list(pending))
-                pending = {r for r in pending if not views[r].reached(version, pause)}
+                for r in list(pending):
+                    if views[r].reached(version, pause):
+                        pending.discard(r)
+        finally:
+            if own is not None:
+                await _bounded_close(own)
         elapsed = time.monotonic() - t0
         changed = state.changed_at or state.since if state is not None else None
         results = [
@@ -494,27 +589,31 @@ class Fleet:
                         ", ".join(f"{r.id} ({r.why})" for r in report.stragglers[:10]))
         return report
 
-    async def _subscribe_acks(self, pubsub: Any, deadline: float) -> bool:
-        """Subscribe to the acknowledgements and wait for the confirmation (two tries: the
-        client may hold a connection that died with a Redis restart). False when it cannot:
-        ``wait`` then polls the records alone."""
+    async def _subscribe_acks(self, deadline: float) -> Subscription | None:
+        """Subscribe to the acknowledgements and wait for the confirmation (two tries). None
+        when it cannot: ``wait`` then polls the records alone."""
         for attempt in range(2):
+            sub = Subscription(self._redis, self._keys.acks)
             try:
-                await uncancelled(pubsub.subscribe(self._keys.acks))
+                await sub.open()
                 while True:
                     left = deadline - time.monotonic()
-                    message = await uncancelled(
-                        pubsub.get_message(timeout=max(0.05, min(left, 5.0)))
-                    )
-                    if message is not None and text(message.get("type")) == "subscribe":
-                        return True
-                    if message is None and left <= 0:
-                        return False
+                    reply = await sub.read(max(0.05, min(left, 5.0)))
+                    if isinstance(reply, BaseException):
+                        raise reply
+                    if isinstance(reply, list) and reply and reply[0] == b"subscribe":
+                        return sub
+                    if reply is None and left <= 0:
+                        await sub.close()
+                        return None
             except (RedisError, OSError) as exc:
                 log.info("fleet %s: cannot subscribe to the acknowledgements (%r)%s",
                          self._name, exc, ", retrying" if attempt == 0 else "")
-                await uncancelled(pubsub.aclose())
-        return False
+                await sub.close()
+            except BaseException:
+                await sub.close()
+                raise
+        return None
 
     async def _refresh(self, views: dict[str, _View], ids: list[str]) -> None:
         records = await self._records(ids, _WAIT_FIELDS)
@@ -542,6 +641,8 @@ class Fleet:
             return
         view = views.get(ack.replica)
         if view is None:
+            if ack.version < version:
+                return  # an old ack still in the channel, from a replica not in this wait
             view = views[ack.replica] = _View(ack.replica)
             required.add(ack.replica)
             pending.add(ack.replica)

@@ -11,8 +11,10 @@
 -- ARGV[11] prune: replica ids whose last heartbeat (ms) is older than this leave the set ("" keeps all)
 --
 -- Returns {"missing"} when the hash is gone while replicas are registered (Redis forgot:
--- restore from the replica records first), {"noop", field, value, ...} for a resume of a
--- running fleet, {"ok", field, value, ...} after a change.
+-- restore from the replica records first), {"noop", {field, value, ...}, {id, score, ...}}
+-- for a resume of a running fleet, {"ok", {field, value, ...}, {id, score, ...}} after a
+-- change: the new state and the registered replicas with their heartbeats, so the caller can
+-- wait for them without another round trip.
 local cur = redis.call('HGETALL', KEYS[1])
 local h = {}
 for i = 1, #cur, 2 do h[cur[i]] = cur[i + 1] end
@@ -54,10 +56,7 @@ if action == 'pause' then
   }
 elseif action == 'resume' then
   if not raw_paused then
-    if #cur == 0 then
-      return {'noop'}
-    end
-    return {'noop', unpack(cur)}
+    return {'noop', cur, redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')}
   end
   new = {
     paused = '0', reason = '', by = ARGV[3], since = now,
@@ -91,4 +90,4 @@ local message = cjson.encode({
   changed_at = now,
 })
 redis.call('PUBLISH', KEYS[3], message)
-return {'ok', unpack(flat(new))}
+return {'ok', flat(new), redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')}

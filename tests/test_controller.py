@@ -215,6 +215,7 @@ async def test_redis_restarted_empty_during_a_pause_runs_nothing_and_the_state_i
             assert all(r.ran == [] for r in replicas)
             assert all(c.applied_version == paused.version for c in replicas.controllers)
             private_redis.start()  # empty: no persistence
+            await admin.connection_pool.disconnect()  # the test's own client: no stale sockets
             await until(lambda: all(c.connected for c in replicas.controllers), timeout=30,
                         what="every controller to reconnect")
             await until(lambda: admin.exists(keys.state), timeout=10)

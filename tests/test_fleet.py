@@ -205,15 +205,16 @@ async def test_wait_falls_back_to_polling_records_when_no_ack_comes(
 ) -> None:
     fleet = Fleet(redis, fleet_name, wait_poll_interval=0.1)
     keys = Keys(fleet_name)
-    state = await fleet.pause("silent", by="t")
     ms = int(time.time() * 1000)
     record = {
-        "applied_version": str(state.version - 1), "fleet_held": "0", "quiet": "0",
+        "applied_version": "0", "fleet_held": "0", "quiet": "0",
         "in_flight": "0", "control": "connected", "heartbeat_at": format_time(now_utc()),
         "heartbeat_interval": "10",
     }
     await redis.hset(keys.replica("ghost-1"), mapping=record)
     await redis.zadd(keys.replicas, {"ghost-1": ms})
+    await redis.hset(keys.state, mapping={"version": "0", "paused": "0"})  # a fleet, never paused
+    state = await fleet.pause("silent", by="t")
     waiting = asyncio.ensure_future(fleet.wait(state.version, timeout=20))
     await until(lambda: _subscribed(redis, keys.acks))  # wait is listening for acks
     assert not waiting.done()
@@ -234,7 +235,6 @@ async def test_wait_reports_a_silent_replica_as_stale_version_or_unreachable(
 ) -> None:
     fleet = Fleet(redis, fleet_name, wait_poll_interval=0.1)
     keys = Keys(fleet_name)
-    state = await fleet.pause("nobody listens", by="t")
     now = format_time(now_utc())
     ms = int(time.time() * 1000)
     await redis.hset(keys.replica("behind-1"), mapping={
@@ -243,12 +243,13 @@ async def test_wait_reports_a_silent_replica_as_stale_version_or_unreachable(
     await redis.hset(keys.replica("cut-1"), mapping={
         "applied_version": "0", "control": "disconnected", "heartbeat_at": now,
         "heartbeat_interval": "10"})
-    await redis.zadd(keys.replicas, {"behind-1": ms, "cut-1": ms, "gone-1": ms - 3_600_000})
+    await redis.zadd(keys.replicas, {"behind-1": ms, "cut-1": ms, "gone-1": ms - 1_800_000})
+    state = await fleet.pause("nobody listens", by="t")
     report = await fleet.wait(state.version, timeout=0.5)
     assert not report.ok
     assert {(r.id, r.why) for r in report.stragglers} == {
         ("behind-1", "stale version"), ("cut-1", "unreachable"),
-    }  # gone-1 is stale (no record, an hour old): not a live replica, not waited for
+    }  # gone-1 is stale (no record, half an hour old): not a live replica, not waited for
     infos = {i.id: i for i in await fleet.replicas()}
     assert infos["gone-1"].stale and not infos["behind-1"].stale
     assert [i.id for i in await fleet.replicas(include_stale=False)] == ["behind-1", "cut-1"]
@@ -325,3 +326,23 @@ async def test_fleet_accepts_a_client_that_does_not_decode(
         assert (await fleet.wait(state.version, timeout=1)).ok
     finally:
         await client.aclose()
+
+
+async def test_a_listening_fleet_waits_on_its_open_subscription(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    keys = Keys(fleet_name)
+    async with Replicas(redis_url, fleet_name, 3) as replicas, \
+            Fleet(redis, fleet_name, wait_poll_interval=0.1) as fleet:
+        # a replica that died a moment ago: in the set, recent score, record gone
+        await redis.zadd(keys.replicas, {"dead-1": int(time.time() * 1000)})
+        for _ in range(3):
+            state = await fleet.pause("listening", by="t")
+            report = await fleet.wait(state.version, timeout=10)
+            assert report.ok, report.to_dict()
+            assert sorted(r.id for r in report.replicas) == ["pod-0", "pod-1", "pod-2"]
+            state = await fleet.resume(by="t")
+            assert (await fleet.wait(state.version, timeout=10)).ok
+        assert await _subscribed(redis, keys.acks)
+        assert len(replicas) == 3
+    assert not await _subscribed(redis, keys.acks)  # closed on exit
