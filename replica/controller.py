@@ -362,11 +362,14 @@ class Subscription:
         if self._reader is None:
             raise RedisConnectionError("the subscription is closed")
         while True:
-            try:
-                async with asyncio.timeout(timeout):
-                    data = await self._reader.read(65536)
-            except TimeoutError:
-                return None
+            if timeout is None:
+                data = await self._reader.read(65536)  # no timer per read: it adds up
+            else:
+                try:
+                    async with asyncio.timeout(timeout):
+                        data = await self._reader.read(65536)
+                except TimeoutError:
+                    return None
             if not data:
                 raise RedisConnectionError("Connection closed by server.")
             self._parser.feed(data)
@@ -379,6 +382,12 @@ class Subscription:
         if self._writer is None:
             raise RedisConnectionError("the subscription is closed")
         self._writer.write(_pack(command))
+
+    def abort(self) -> None:
+        """Drop the connection now (a reader blocked in ``read()`` sees it closed)."""
+        writer = self._writer
+        if writer is not None:
+            writer.transport.abort()
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -500,6 +509,9 @@ class FleetController:
         """Set when start() has its answer without being ready: a poll failed, or the state
         was read but the subscription failed."""
         self._sub_failed = False
+        self._sub: Subscription | None = None
+        self._sub_activity = 0.0
+        self._ping_sent: float | None = None
         self._wake = asyncio.Event()
         self._poll_now = True
         self._record_dirty = True
@@ -882,22 +894,21 @@ class FleetController:
             delay: float | None = None
             try:
                 await sub.open()
-                ping_pending = False
+                self._sub = sub
+                self._sub_activity = time.monotonic()
+                self._ping_sent = None
                 while True:
-                    reply = await sub.read(self.pubsub_ping_interval)
-                    if reply is None:
-                        if ping_pending:
-                            raise TimeoutError("no answer to a ping on the control channel")
-                        sub.send("PING")
-                        ping_pending = True
-                        continue
+                    # no timer per message: the sync loop pings an idle subscription and
+                    # aborts one that does not answer (_check_subscription)
+                    reply = await sub.read(None)
+                    self._sub_activity = time.monotonic()
+                    self._ping_sent = None
                     if isinstance(reply, ResponseError):
                         raise reply
                     if not isinstance(reply, list) or not reply:
                         continue
                     kind = reply[0]
                     if kind == b"message":
-                        ping_pending = False
                         self._on_message(reply[2])
                     elif kind == b"subscribe":
                         # (re)subscribed: what was published meanwhile is lost, so read the
@@ -913,8 +924,6 @@ class FleetController:
                                      self._replica_id, self._reconnects)
                         self._poll_now = True
                         self._wake.set()
-                    elif kind == b"pong":
-                        ping_pending = False
             except asyncio.CancelledError:
                 raise
             except _NET_ERRORS as exc:
@@ -929,8 +938,31 @@ class FleetController:
                           self._fleet, self._replica_id, exc)
             finally:
                 self._subscribed = False
+                self._sub = None
                 await sub.close()
             await asyncio.sleep(delay if delay is not None else backoff.next())
+
+    def _check_subscription(self) -> None:
+        """Called by the sync loop: ping a subscription idle for ``pubsub_ping_interval``;
+        abort one whose ping went unanswered for as long (a half-open connection), so the
+        listen loop reconnects."""
+        sub = self._sub
+        if sub is None or not self._subscribed:
+            return
+        now = time.monotonic()
+        if self._ping_sent is not None:
+            if now - self._ping_sent >= self.pubsub_ping_interval:
+                log.info("fleet %s replica %s: no answer to a ping on the control channel: "
+                         "reconnecting", self._fleet, self._replica_id)
+                self._ping_sent = None
+                self._sub_activity = now
+                sub.abort()
+        elif now - self._sub_activity >= self.pubsub_ping_interval:
+            try:
+                sub.send("PING")
+                self._ping_sent = now
+            except (RedisError, OSError):
+                sub.abort()
 
     # ------------------------------------------------------------------ sync loop
 
@@ -957,14 +989,19 @@ class FleetController:
             wake = min(wake, now + max(0.0, left))
         if self._pause_applied_mono is not None and not self._overdue_logged:
             wake = min(wake, self._pause_applied_mono + self.pause_timeout)
+        if self._sub is not None:
+            since = self._ping_sent if self._ping_sent is not None else self._sub_activity
+            wake = min(wake, since + self.pubsub_ping_interval)
         return max(0.0, wake - now)
 
     def _check_overdue(self) -> None:
         t0 = self._pause_applied_mono
         if t0 is None or self._overdue_logged or not self._fleet_held:
             return
-        if self._pool.in_flight and time.monotonic() - t0 >= self.pause_timeout:
-            self._overdue_logged = True
+        if time.monotonic() - t0 >= self.pause_timeout:
+            self._overdue_logged = True  # checked once per pause
+            if not self._pool.in_flight:
+                return
             log.warning("fleet %s replica %s: still %d in flight %.0f s after the pause "
                         "(not quiet)", self._fleet, self._replica_id, self._pool.in_flight,
                         self.pause_timeout)
@@ -975,8 +1012,9 @@ class FleetController:
         next_heartbeat = time.monotonic()
         retry_at = 0.0
         while True:
-            delay = self._next_wakeup(next_poll, next_heartbeat)
-            if delay > 0 and not self._wake.is_set():
+            # at least a millisecond: a deadline already past must never spin the loop
+            delay = max(0.001, self._next_wakeup(next_poll, next_heartbeat))
+            if not self._wake.is_set():
                 try:
                     async with asyncio.timeout(delay):
                         await self._wake.wait()
@@ -985,6 +1023,7 @@ class FleetController:
             self._wake.clear()
             self._resume_due()
             self._check_overdue()
+            self._check_subscription()
             now = time.monotonic()
             if not self._link_ok and now < retry_at:
                 continue  # Redis is away: try again at retry_at, not on every event

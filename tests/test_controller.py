@@ -599,3 +599,29 @@ async def test_a_late_poll_never_undoes_a_newer_pause(
         assert pool.holds == {}
     finally:
         await client.aclose()
+
+
+async def test_an_idle_subscription_is_pinged_and_one_that_stops_answering_is_replaced(
+    private_redis: LocalRedis, fleet_name: str
+) -> None:
+    admin = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
+    try:
+        async with Replicas(private_redis.url, fleet_name, 2, poll_interval=0.1,
+                            pubsub_ping_interval=0.2, io_timeout=0.3) as replicas:
+            controllers = replicas.controllers
+            t0 = time.monotonic()
+            await until(lambda: time.monotonic() - t0 > 1.0)  # five ping intervals, idle
+            assert all(c.connected and c.stats().reconnects == 0 for c in controllers)
+            # the server stops answering for a while: pings go unanswered, subscriptions are
+            # dropped and made again once it answers
+            await admin.execute_command("CLIENT", "PAUSE", "1500", "ALL")
+            await until(lambda: all(c.stats().reconnects >= 1 for c in controllers),
+                        timeout=30, what="every subscription to be replaced")
+            await until(lambda: all(c.connected for c in controllers), timeout=30)
+            state = await Fleet(admin, fleet_name).pause("after the stall", by="t")
+            await asyncio.wait_for(
+                asyncio.gather(*(p.wait_for(True) for p in replicas.pools)), 10
+            )
+            assert all(c.applied_version == state.version for c in controllers)
+    finally:
+        await admin.aclose()
