@@ -41,6 +41,7 @@ from replica.contract import (
     AUDIT_MAXLEN,
     CONTROL_CONNECTED,
     ITEM_FIELD,
+    MAX_MESSAGE_BYTES,
     MAX_STAGGER_S,
     R_APPLIED_AT,
     R_APPLIED_STATE,
@@ -53,10 +54,10 @@ from replica.contract import (
     R_QUIET,
     R_QUIET_AT,
     R_RESUME_AT,
+    REPLICA_ID_RE,
     RESTORE_STATE_LUA,
     SET_STATE_LUA,
     STALE_HEARTBEATS,
-    Ack,
     FleetState,
     Keys,
     check_text,
@@ -116,9 +117,9 @@ class _View:
         self.fleet_held = False
         self.quiet = False
         self.in_flight = 0
-        self.applied_at: datetime | None = None
-        self.quiet_at: datetime | None = None
-        self.resume_at: datetime | None = None
+        self.applied_at: Any = None  # datetime (record) or ISO text (ack): see _dt
+        self.quiet_at: Any = None
+        self.resume_at: Any = None
         self.control = "unknown"
 
     def reached(self, version: int, pause: bool) -> bool:
@@ -153,20 +154,59 @@ class _View:
             self.resume_at = _time_or_none(v[R_RESUME_AT])
         self.control = v[R_CONTROL] or "unknown"
 
-    def from_ack(self, ack: Ack) -> None:
+    def from_ack(self, ack: _AckFields) -> None:
+        _replica, version, fleet_held, quiet, in_flight, at, resume_at = ack
         self.alive = True
         self.control = CONTROL_CONNECTED
-        if ack.version < self.applied_version:
+        if version < self.applied_version:
             return
-        if ack.version > self.applied_version or self.applied_at is None:
-            self.applied_at = ack.at
-        self.applied_version = ack.version
-        self.fleet_held = ack.fleet_held
-        self.quiet = ack.quiet
-        self.in_flight = ack.in_flight
-        self.resume_at = ack.resume_at
-        if ack.quiet and self.quiet_at is None:
-            self.quiet_at = ack.at
+        if version > self.applied_version or self.applied_at is None:
+            self.applied_at = at
+        self.applied_version = version
+        self.fleet_held = fleet_held
+        self.quiet = quiet
+        self.in_flight = in_flight
+        self.resume_at = resume_at
+        if quiet and self.quiet_at is None:
+            self.quiet_at = at
+
+
+_AckFields = tuple[str, int, bool, bool, int, Any, Any]
+"""replica, version, fleet_held, quiet, in_flight, at, resume_at (times as sent: text)."""
+
+
+def _fast_ack(data: Any) -> _AckFields | None:
+    """An ack's fields, checked but with its times left as text (parsed only for the report):
+    the coordinator reads one ack per replica at every change. None for anything invalid."""
+    if not isinstance(data, bytes | str) or len(data) > MAX_MESSAGE_BYTES:
+        return None
+    try:
+        d = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    if type(d) is not dict:
+        return None
+    replica = d.get("replica")
+    version = d.get("version")
+    in_flight = d.get("in_flight", 0)
+    if type(replica) is not str or type(version) is not int or type(in_flight) is not int:
+        return None
+    if REPLICA_ID_RE.fullmatch(replica) is None or version < 0:
+        return None
+    at = d.get("at")
+    resume_at = d.get("resume_at")
+    return (replica, version, d.get("fleet_held") is True, d.get("quiet") is True, in_flight,
+            at if type(at) is str else None, resume_at if type(resume_at) is str else None)
+
+
+def _dt(value: Any) -> datetime | None:
+    """A time from a record (datetime) or an ack (text, checked here)."""
+    if value is None or isinstance(value, datetime):
+        return value
+    try:
+        return parse_time(value)
+    except ContractError:
+        return None
 
 
 async def _next_message(sub: Subscription, timeout: float) -> Mapping[str, Any] | None:
@@ -633,22 +673,22 @@ class Fleet:
         version: int,
         pause: bool,
     ) -> None:
-        if text(message.get("type")) != "message":
+        if message.get("type") != "message":
             return
-        try:
-            ack = Ack.from_json(message.get("data") or b"")
-        except InvalidMessage:
+        ack = _fast_ack(message.get("data"))
+        if ack is None:
             return
-        view = views.get(ack.replica)
+        replica = ack[0]
+        view = views.get(replica)
         if view is None:
-            if ack.version < version:
+            if ack[1] < version:
                 return  # an old ack still in the channel, from a replica not in this wait
-            view = views[ack.replica] = _View(ack.replica)
-            required.add(ack.replica)
-            pending.add(ack.replica)
+            view = views[replica] = _View(replica)
+            required.add(replica)
+            pending.add(replica)
         view.from_ack(ack)
-        if ack.replica in pending and view.reached(version, pause):
-            pending.discard(ack.replica)
+        if replica in pending and view.reached(version, pause):
+            pending.discard(replica)
 
     @staticmethod
     def _result(
@@ -672,14 +712,16 @@ class Fleet:
             return round(max(0.0, (t - changed).total_seconds()), 6)
 
         applied = view.applied_version >= version
+        applied_at = _dt(view.applied_at) if applied else None
+        quiet_at = _dt(view.quiet_at) if pause and view.quiet else None
         return ReplicaResult(
             id=view.id,
             reached=reached,
             applied_version=view.applied_version,
-            acked_at=view.applied_at if applied else None,
-            quiet_at=view.quiet_at if pause and view.quiet else None,
-            applied_after_s=after(view.applied_at) if applied else None,
-            quiet_after_s=after(view.quiet_at) if pause and view.quiet else None,
+            acked_at=applied_at,
+            quiet_at=quiet_at,
+            applied_after_s=after(applied_at),
+            quiet_after_s=after(quiet_at),
             in_flight=view.in_flight,
             why=why,
         )

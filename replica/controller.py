@@ -494,6 +494,7 @@ class FleetController:
         self._pending_resume_at: datetime | None = None
         self._pending_stagger: FleetState | None = None  # waiting for the peer list
         self._quiet_at: datetime | None = None
+        self._quiet_at_text = ""
         self._pause_applied_mono: float | None = None
         self._overdue_logged = False
 
@@ -738,7 +739,7 @@ class FleetController:
         pool = self._pool
         if state.effectively_paused(now):
             self._pending_stagger = None
-            self._hold(state)
+            self._hold(state, now)
             if state.auto_resume_at is not None:
                 self._schedule_resume(state, state.auto_resume_at, now)
             else:
@@ -769,14 +770,18 @@ class FleetController:
             except Exception:
                 log.exception("fleet %s: a state listener failed", self._fleet)
 
-    def _hold(self, state: FleetState) -> None:
+    def _hold(self, state: FleetState, now: datetime) -> None:
         pool = self._pool
-        pool.hold(state.reason or "paused by the fleet", FLEET_SOURCE)
         if not self._fleet_held:
-            self._fleet_held = True
+            self._fleet_held = True  # before the pool's events, so they see it
             self._pause_applied_mono = time.monotonic()
             self._overdue_logged = False
-            self._quiet_at = now_utc() if pool.in_flight == 0 else None
+            self._set_quiet_at(now if pool.in_flight == 0 else None)
+        pool.hold(state.reason or "paused by the fleet", FLEET_SOURCE)
+
+    def _set_quiet_at(self, when: datetime | None) -> None:
+        self._quiet_at = when
+        self._quiet_at_text = format_time(when)
 
     def _schedule_resume(self, state: FleetState, start: datetime, now: datetime) -> None:
         """Resume at ``start`` plus this replica's stagger offset (now if that is past)."""
@@ -807,7 +812,7 @@ class FleetController:
         self._fleet_held = False
         self._pending_resume_at = None
         self._pause_applied_mono = None
-        self._quiet_at = None
+        self._set_quiet_at(None)
         self._pool.release(FLEET_SOURCE)
         self._record_dirty = True
 
@@ -842,7 +847,8 @@ class FleetController:
 
     def _on_pool_event(self, event: str) -> None:
         if event == "quiet" and self._fleet_held:
-            self._quiet_at = now_utc()
+            if self._quiet_at is None or not self._applying:
+                self._set_quiet_at(now_utc())
             self._acks.add(ACK_QUIET)
         self._record_dirty = True
         if not self._applying:
@@ -1033,6 +1039,7 @@ class FleetController:
             restore = self._restore_due
             if not (poll or heartbeat or peers or restore):
                 continue
+            sent = now
             try:
                 await self._round_trip(poll, heartbeat, peers)
                 if restore and self._restore_due:
@@ -1055,7 +1062,9 @@ class FleetController:
             backoff.reset()
             now = time.monotonic()
             if poll:
-                next_poll = now + self.poll_interval
+                # from when the poll was sent, not when it came back: the period stays
+                # poll_interval however slow the round trip
+                next_poll = sent + self.poll_interval
             if heartbeat:
                 next_heartbeat = now + self.heartbeat_interval
 
@@ -1162,7 +1171,7 @@ class FleetController:
             str(in_flight).encode(),
             str(pool.queued).encode(),
             b"1" if holds and not in_flight else b"0",
-            format_time(self._quiet_at).encode(),
+            self._quiet_at_text.encode(),
             (CONTROL_CONNECTED if self._subscribed else CONTROL_DISCONNECTED).encode(),
             now.encode(),
         )
@@ -1275,7 +1284,7 @@ class FleetController:
         fields[R_IN_FLIGHT] = str(pool.in_flight)
         fields[R_QUEUED] = str(pool.queued)
         fields[R_QUIET] = "1" if holds and not pool.in_flight else "0"
-        fields[R_QUIET_AT] = format_time(self._quiet_at)
+        fields[R_QUIET_AT] = self._quiet_at_text
         fields[R_CONTROL] = CONTROL_CONNECTED if self._subscribed else CONTROL_DISCONNECTED
         fields[R_HEARTBEAT_AT] = format_time(now_utc())
         if full:

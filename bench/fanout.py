@@ -1,0 +1,298 @@
+"""Control-plane benchmarks: fan-out of a pause, the same with pub/sub cut, steady Redis cost.
+
+* Fan-out: time from ``Fleet.pause()`` to ``Fleet.wait()`` reporting every replica applied and
+  quiet (idle pools), for 10, 100 and 1000 controllers spread over 4 processes, each with its
+  own connections. The baseline is, in the same run and on the same server, the time for one
+  PUBLISH to reach as many plain redis-py subscribers (4 processes, a connection each).
+  Goal: within 2x of raw delivery at every size (3x at least).
+* Pub/sub cut: the controllers' user may not subscribe (an ACL without the control channel),
+  so only the poll of the state hash brings the pause. Goal: every replica applied within
+  ``poll_interval`` + 100 ms.
+* Steady cost: commands per second per replica at ``poll_interval=1s``, every call in
+  ``INFO commandstats`` (those run inside scripts included). Goal: at most 1.5.
+
+Run with ``python -m bench fanout`` (or ``make bench``); ``run()`` returns the rows. Worker
+processes are this module run as ``python -m bench.fanout raw|ctl ...``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from coordinator import Fleet
+from coordinator.localredis import LocalRedis
+from replica import FleetController, PausablePool
+
+SIZES = (10, 100, 1000)
+PROCESSES = 4
+ROUNDS = 9
+CUT_ROUNDS = 3
+POLL_INTERVAL = 1.0
+HEARTBEAT_INTERVAL = 10.0
+STEADY_SIZE = 100
+STEADY_WINDOW_S = 20.0
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---------------------------------------------------------------------------- workers
+
+
+async def _raw_worker(url: str, channel: str, n: int) -> None:
+    """n plain subscribers; after each message, report the latest receipt time."""
+    clients = [aioredis.Redis.from_url(url) for _ in range(n)]
+    got: dict[int, list[float]] = {}
+    done = asyncio.Event()
+
+    async def listen(client: aioredis.Redis, ready: asyncio.Event) -> None:
+        async with client.pubsub() as pubsub:
+            await pubsub.subscribe(channel)
+            while True:
+                message = await pubsub.get_message(timeout=None)
+                if message is None:
+                    continue
+                if message["type"] == "subscribe":
+                    ready.set()
+                    continue
+                t = time.time()
+                data = message["data"]
+                if data == b"quit":
+                    done.set()
+                    return
+                r = int(data)
+                got.setdefault(r, []).append(t)
+                if len(got[r]) == n:
+                    print(f"GOT {r} {max(got.pop(r))!r}", flush=True)
+
+    readies = [asyncio.Event() for _ in range(n)]
+    tasks = [asyncio.create_task(listen(c, e)) for c, e in zip(clients, readies, strict=True)]
+    await asyncio.gather(*(e.wait() for e in readies))
+    print("READY", flush=True)
+    await done.wait()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for c in clients:
+        await c.aclose()
+
+
+async def _ctl_worker(url: str, fleet: str, prefix: str, n: int, poll: float) -> None:
+    """n idle pools, each with a controller and a client of its own, until STOP on stdin."""
+
+    async def handler(item: Any) -> None:
+        return None
+
+    pools = [PausablePool(handler, workers=2) for _ in range(n)]
+    clients = [aioredis.Redis.from_url(url) for _ in range(n)]
+    controllers = [
+        FleetController(p, c, fleet, f"{prefix}-{i}", poll_interval=poll,
+                        heartbeat_interval=HEARTBEAT_INTERVAL, start_timeout=30.0)
+        for i, (p, c) in enumerate(zip(pools, clients, strict=True))
+    ]
+    for p in pools:
+        await p.start()
+    for i in range(0, n, 50):
+        await asyncio.gather(*(c.start() for c in controllers[i:i + 50]))
+    print("READY", flush=True)
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line or line.strip() == "STOP":
+            break
+    await asyncio.gather(*(c.stop() for c in controllers))
+    for p in pools:
+        await p.stop(timeout=1.0)
+    for c in clients:
+        await c.aclose()
+    print("STOPPED", flush=True)
+
+
+# ---------------------------------------------------------------------------- parent side
+
+
+async def _spawn(*args: str) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.fanout", *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+    )
+    return proc
+
+
+async def _expect(proc: asyncio.subprocess.Process, word: str, timeout: float = 120.0) -> str:
+    assert proc.stdout is not None
+    while True:
+        line = (await asyncio.wait_for(proc.stdout.readline(), timeout)).decode().strip()
+        if not line:
+            raise RuntimeError(f"worker exited before {word}")
+        if line.startswith(word):
+            return line
+
+
+def _split(size: int) -> list[int]:
+    base, extra = divmod(size, PROCESSES)
+    return [base + (1 if i < extra else 0) for i in range(PROCESSES) if base or i < extra]
+
+
+async def _raw(url: str, size: int) -> list[float]:
+    """ms from PUBLISH to the last of ``size`` subscribers receiving it, per round."""
+    channel = f"fleetgate-bench-raw-{uuid.uuid4().hex[:8]}"
+    procs = [await _spawn("raw", url, channel, str(n)) for n in _split(size)]
+    admin = aioredis.Redis.from_url(url)
+    try:
+        await asyncio.gather(*(_expect(p, "READY") for p in procs))
+        times = []
+        for r in range(ROUNDS):
+            t0 = time.time()
+            await admin.publish(channel, str(r))
+            lines = await asyncio.gather(*(_expect(p, f"GOT {r} ") for p in procs))
+            times.append((max(float(line.split()[2]) for line in lines) - t0) * 1000)
+        await admin.publish(channel, "quit")
+        await asyncio.gather(*(p.wait() for p in procs))
+        return times
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
+        await admin.aclose()
+
+
+async def _start_fleet(url: str, fleet: str, size: int) -> list[asyncio.subprocess.Process]:
+    procs = [await _spawn("ctl", url, fleet, f"p{i}", str(n), str(POLL_INTERVAL))
+             for i, n in enumerate(_split(size))]
+    await asyncio.gather(*(_expect(p, "READY") for p in procs))
+    return procs
+
+
+async def _stop_fleet(procs: list[asyncio.subprocess.Process]) -> None:
+    for p in procs:
+        if p.stdin is not None and p.returncode is None:
+            p.stdin.write(b"STOP\n")
+            await p.stdin.drain()
+    for p in procs:
+        try:
+            await asyncio.wait_for(p.wait(), 60)
+        except TimeoutError:
+            p.kill()
+            await p.wait()
+
+
+async def _pause_rounds(
+    fleet: Fleet, size: int, rounds: int, applied: list[float] | None = None
+) -> list[float]:
+    """ms from pause() to wait() reporting every replica applied and quiet, per round; with
+    ``applied``, also the latest replica's ms from the change to applying it (its clock)."""
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        state = await fleet.pause("bench", by="bench")
+        report = await fleet.wait(state.version, timeout=60)
+        elapsed = (time.perf_counter() - t0) * 1000
+        if not report.ok or len(report.replicas) != size:
+            raise RuntimeError(f"pause not acknowledged by all {size}: {report.stragglers[:3]}")
+        times.append(elapsed)
+        if applied is not None:
+            applied.append(1000 * max(r.applied_after_s or 0.0 for r in report.replicas))
+        resumed = await fleet.resume(by="bench")
+        if not (await fleet.wait(resumed.version, timeout=60)).ok:
+            raise RuntimeError("resume not acknowledged")
+    return times
+
+
+async def _commands(admin: aioredis.Redis) -> int:
+    stats = await admin.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k.startswith("cmdstat_")
+               and k != "cmdstat_info")
+
+
+async def _bench(url: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    admin = aioredis.Redis.from_url(url, decode_responses=True)
+    await admin.execute_command(
+        "ACL", "SETUSER", "nosub", "on", ">bench", "~*", "resetchannels",
+        "&fleetgate:*:acks", "+@all",
+    )
+    cut_url = url.replace("redis://", "redis://nosub:bench@")
+    try:
+        for size in SIZES:
+            raw_before = await _raw(url, size)
+            name = f"bench-{size}-{uuid.uuid4().hex[:6]}"
+            fleet = await Fleet(admin, name, wait_poll_interval=0.5).listen()
+            procs = await _start_fleet(url, name, size)
+            try:
+                await _pause_rounds(fleet, size, 1)  # warm up (scripts loaded, paths hot)
+                times = await _pause_rounds(fleet, size, ROUNDS)
+                if size == STEADY_SIZE:
+                    await asyncio.sleep(HEARTBEAT_INTERVAL / 2)
+                    before = await _commands(admin)
+                    t0 = time.monotonic()
+                    await asyncio.sleep(STEADY_WINDOW_S)
+                    after = await _commands(admin)
+                    rate = (after - before) / (time.monotonic() - t0) / size
+            finally:
+                await _stop_fleet(procs)
+                await fleet.aclose()
+            # raw delivery measured before and after, so drift on a shared machine hits both
+            raw = statistics.median([*raw_before, *await _raw(url, size)])
+            ack = statistics.median(times)
+            rows.append({
+                "bench": "fanout", "case": f"pause ack+quiet, {size} replicas", "value": ack,
+                "unit": "ms", "baseline": raw, "ratio": ack / raw if raw else None,
+                "goal": "<= 2x raw PUBLISH delivery (3x at least)",
+            })
+            cut_fleet = await Fleet(admin, name + "-cut", wait_poll_interval=0.5).listen()
+            procs = await _start_fleet(cut_url, cut_fleet.name, size)
+            cut: list[float] = []
+            try:
+                await _pause_rounds(cut_fleet, size, CUT_ROUNDS, applied=cut)
+            finally:
+                await _stop_fleet(procs)
+                await cut_fleet.aclose()
+            worst = max(cut)
+            rows.append({
+                "bench": "fanout",
+                "case": f"pause applied by the last replica, pub/sub cut, {size} replicas",
+                "value": worst, "unit": "ms", "baseline": POLL_INTERVAL * 1000,
+                "ratio": worst / (POLL_INTERVAL * 1000),
+                "goal": f"<= poll_interval + 100 ms ({POLL_INTERVAL * 1000 + 100:.0f} ms)",
+            })
+            print(f"  {size}: raw {raw:.1f} ms, ack {ack:.1f} ms, cut worst {worst:.0f} ms",
+                  file=sys.stderr, flush=True)
+        rows.append({
+            "bench": "fanout", "case": f"steady Redis commands/s per replica ({STEADY_SIZE})",
+            "value": rate, "unit": "cmd/s", "baseline": None, "ratio": None,
+            "goal": "<= 1.5 at poll_interval=1s",
+        })
+    finally:
+        await admin.aclose()
+    return rows
+
+
+def run() -> list[dict[str, Any]]:
+    with LocalRedis() as server:
+        return asyncio.run(_bench(server.url))
+
+
+def _worker_main(argv: list[str]) -> None:
+    kind = argv[0]
+    if kind == "raw":
+        asyncio.run(_raw_worker(argv[1], argv[2], int(argv[3])))
+    elif kind == "ctl":
+        asyncio.run(_ctl_worker(argv[1], argv[2], argv[3], int(argv[4]), float(argv[5])))
+    else:
+        raise SystemExit(f"unknown worker {kind!r}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        _worker_main(sys.argv[1:])
+    else:
+        for row in run():
+            print(json.dumps(row))
