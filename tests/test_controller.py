@@ -10,6 +10,7 @@ import subprocess
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from cpkit import Replica, Replicas, until
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import replica
 from coordinator import Fleet
 from coordinator.localredis import LocalRedis
 from replica import FleetController, PausablePool
@@ -373,38 +375,49 @@ async def test_a_controller_started_without_redis_holds_the_pool_until_the_first
 
 
 @pytest.mark.skipif(shutil.which("redis-cli") is None, reason="no redis-cli on PATH")
-@pytest.mark.parametrize("recipe", ["recommended", "raw-hset"])
+@pytest.mark.parametrize("recipe", ["script", "hset-and-bump", "raw-hset"])
 async def test_the_redis_cli_recipe_pauses_and_resumes_real_controllers(
     redis_url: str, redis: aioredis.Redis, fleet_name: str, recipe: str
 ) -> None:
     host, port = redis_url.split("//")[1].split("/")[0].split(":")
-    key = Keys(fleet_name).state
+    keys = Keys(fleet_name)
+    key = keys.state
+    script = str(Path(replica.__file__).with_name("set_state.lua"))
 
     def cli(*args: str) -> None:
         subprocess.run(["redis-cli", "-h", host, "-p", port, *args], check=True,
                        capture_output=True, timeout=10)
 
-    now = format_time(datetime.now(UTC))
+    def change(action: str, reason: str) -> None:
+        now = format_time(datetime.now(UTC))
+        if recipe == "script":  # the README's first recipe: the same script Fleet runs
+            cli("--eval", script, keys.state, keys.audit, keys.control, keys.replicas, ",",
+                action, reason, "oncall", now, "", "", "0", fleet_name, "10000", "1", "")
+        elif recipe == "hset-and-bump":  # the second: write the fields, bump the version
+            paused = "1" if action == "pause" else "0"
+            cli("HSET", key, "paused", paused, "reason", reason, "by", "oncall", "since", now,
+                "changed_at", now)
+            cli("HINCRBY", key, "version", "1")
+        else:  # no version bump at all: the poll still applies it
+            cli("HSET", key, "paused", "1" if action == "pause" else "0", "reason", reason,
+                "by", "oncall")
+
     async with Replicas(redis_url, fleet_name, 3, poll_interval=0.5) as replicas:
         await Fleet(redis, fleet_name).resume(by="nobody")  # a running fleet: changes nothing
-        if recipe == "recommended":
-            # the README recipe: bump the version, write the fields, tell the replicas
-            cli("HSET", key, "paused", "1", "reason", "by hand", "by", "oncall", "since", now)
-            cli("HINCRBY", key, "version", "1")
-        else:
-            cli("HSET", key, "paused", "1", "reason", "by hand", "by", "oncall")
+        change("pause", "by hand")
         await asyncio.wait_for(
             asyncio.gather(*(p.wait_for(True) for p in replicas.pools)), 15
         )
         assert all(p.holds == {"fleet": "by hand"} for p in replicas.pools)
-        if recipe == "recommended":
-            cli("HINCRBY", key, "version", "1")
-        cli("HSET", key, "paused", "0", "reason", "", "by", "oncall", "since", now)
+        change("resume", "")
         await asyncio.wait_for(
             asyncio.gather(*(p.wait_for(False) for p in replicas.pools)), 15
         )
         state = await Fleet(redis, fleet_name).state()
         assert not state.paused and state.by == "oncall"
+        if recipe != "raw-hset":
+            assert state.version == 2
+            assert all(c.applied_version == 2 for c in replicas.controllers)
 
 
 async def test_an_auto_resume_time_ends_the_pause_on_every_replica_with_no_coordinator(
