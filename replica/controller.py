@@ -786,14 +786,15 @@ class FleetController:
     def _schedule_resume(self, state: FleetState, start: datetime, now: datetime) -> None:
         """Resume at ``start`` plus this replica's stagger offset (now if that is past)."""
         window = state.resume_stagger_s
-        if window > 0:
-            # Spread evenly needs the peer list: the sync loop reads it and calls back.
+        if window > 0 and start + timedelta(seconds=window) > now:
+            # Spreading evenly needs the peer list: the sync loop reads it and calls
+            # _on_peers; until then, wait for the end of the window (never too early).
             self._pending_stagger = state
-            offset = stagger_offset(self._replica_id, window)
-        else:
-            self._pending_stagger = None
-            offset = 0.0
-        self._set_resume_at(start, offset, now)
+            self._set_resume_at(start, window, now)
+            self._wake.set()
+            return
+        self._pending_stagger = None
+        self._set_resume_at(start, 0.0, now)  # no stagger, or the window is already over
 
     def _set_resume_at(self, start: datetime, offset: float, now: datetime) -> None:
         due = start + timedelta(seconds=offset)
@@ -1133,7 +1134,7 @@ class FleetController:
             if not isinstance(found, BaseException):
                 self._on_peers([text(p) for p in found])
             else:
-                self._pending_stagger = None  # keep the offset derived from the id alone
+                self._on_peers(None)  # an offset derived from the id alone
         refused = [r for r in results[i:] if isinstance(r, BaseException)]
         refused += self._link.take_errors()
         if refused:
@@ -1211,20 +1212,20 @@ class FleetController:
             return
         self._consider(state, "poll", poll_seq)
 
-    def _on_peers(self, peers: list[str]) -> None:
+    def _on_peers(self, peers: list[str] | None) -> None:
         state = self._pending_stagger
         if state is None or state is not self._applied:
             return
         self._pending_stagger = None
-        if self._replica_id not in peers:
+        if peers is not None and self._replica_id not in peers:
             peers.append(self._replica_id)
         now = now_utc()
         start = state.resume_start() or now
         offset = stagger_offset(self._replica_id, state.resume_stagger_s, peers)
         if self._fleet_held:
             log.info("fleet %s replica %s: staggered resume, %.1f s into a %.0f s window "
-                     "(%d replicas)", self._fleet, self._replica_id, offset,
-                     state.resume_stagger_s, len(peers))
+                     "(%s)", self._fleet, self._replica_id, offset, state.resume_stagger_s,
+                     f"{len(peers)} replicas" if peers is not None else "offset from the id")
             self._set_resume_at(start, offset, now)
             if not self._fleet_held:
                 self._acks.add(ACK_RESUMED)
