@@ -28,18 +28,19 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from bench import QUICK
 from coordinator import Fleet
 from coordinator.localredis import LocalRedis
 from replica import FleetController, PausablePool
 
-SIZES = (10, 100, 1000)
+SIZES = (10,) if QUICK else (10, 100, 1000)
 PROCESSES = 4
-ROUNDS = 9
-CUT_ROUNDS = 3
+ROUNDS = 2 if QUICK else 9
+CUT_ROUNDS = 1 if QUICK else 3
 POLL_INTERVAL = 1.0
 HEARTBEAT_INTERVAL = 10.0
-STEADY_SIZE = 100
-STEADY_WINDOW_S = 20.0
+STEADY_SIZE = 10 if QUICK else 100
+STEADY_WINDOW_S = 3.0 if QUICK else 20.0
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

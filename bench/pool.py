@@ -7,11 +7,12 @@ import statistics
 import time
 from typing import Any
 
+from bench import QUICK
 from replica import PausablePool
 
-ITEMS = 200_000
+ITEMS = 20_000 if QUICK else 200_000
 WORKERS = 4
-ROUNDS = 5
+ROUNDS = 2 if QUICK else 5
 
 
 async def _noop(item: Any) -> None:
@@ -74,7 +75,7 @@ async def throughput() -> list[dict[str, Any]]:
     ]
 
 
-async def precision(trials: int = 200) -> list[dict[str, Any]]:
+async def precision(trials: int = 20 if QUICK else 200) -> list[dict[str, Any]]:
     """Last in-flight item finishing -> pause() returning; resume() -> next item starting."""
     pause_lag: list[float] = []
     resume_lag: list[float] = []

@@ -1,4 +1,7 @@
-"""`fleetgate demo`: a real fleet on one machine, with the checks it prints."""
+"""`fleetgate demo`: a real fleet on one machine, with the checks it prints.
+
+The demo on a Redis of its own is `make demo`, run by tests/test_readme.py.
+"""
 
 from __future__ import annotations
 
@@ -34,19 +37,6 @@ def test_the_demo_pauses_a_real_fleet_mid_run_and_loses_nothing(redis_url: str) 
     for i in (1, 2, 3):
         assert f"replica-{i}" in out
     assert "admin token (shown once)" in out
-
-
-def test_the_demo_starts_its_own_redis_when_none_is_configured() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "FLEETGATE_REDIS_URL"}
-    done = subprocess.run(
-        [sys.executable, "-m", "coordinator", "demo"],
-        env={**env, "COLUMNS": "100"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "redis: private" in done.stdout
 
 
 def test_the_demo_exits_one_with_one_line_when_redis_cannot_be_reached() -> None:
