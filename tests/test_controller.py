@@ -637,3 +637,24 @@ async def test_an_idle_subscription_is_pinged_and_one_that_stops_answering_is_re
             assert all(c.applied_version == state.version for c in controllers)
     finally:
         await admin.aclose()
+
+
+async def test_without_client_reply_the_acks_go_the_slow_way_and_still_arrive(
+    private_redis: LocalRedis, fleet_name: str
+) -> None:
+    admin = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
+    await admin.execute_command(
+        "ACL", "SETUSER", "noskip", "on", ">pw", "~*", "&*", "+@all", "-client|reply"
+    )
+    url = private_redis.url.replace("redis://", "redis://noskip:pw@")
+    try:
+        async with Replicas(url, fleet_name, 2) as replicas, \
+                Fleet(admin, fleet_name) as fleet:
+            for _ in range(2):
+                state = await fleet.pause("no skip", by="t")
+                assert (await fleet.wait(state.version, timeout=10)).ok
+                state = await fleet.resume(by="t")
+                assert (await fleet.wait(state.version, timeout=10)).ok
+            assert all(c.stats().write_failures == 0 for c in replicas.controllers)
+    finally:
+        await admin.aclose()
