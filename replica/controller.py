@@ -215,6 +215,8 @@ class _Link:
         self._pool = redis.connection_pool
         self._conn: Any = None
         self._spare: Any = None
+        self.generation = 0
+        """Counts (re)connections: what was written without replies before one may be lost."""
         self._skip: bool = False
         self._unread = 0
         self._errors: list[BaseException] = []
@@ -250,6 +252,7 @@ class _Link:
             raise
         self._conn = conn
         self._unread = 0
+        self.generation += 1
         return conn
 
     @staticmethod
@@ -1026,6 +1029,7 @@ class FleetController:
         next_poll = time.monotonic()
         next_heartbeat = time.monotonic()
         retry_at = 0.0
+        link_generation = 0
         while True:
             # at least a millisecond: a deadline already past must never spin the loop
             delay = max(0.001, self._next_wakeup(next_poll, next_heartbeat))
@@ -1043,7 +1047,10 @@ class FleetController:
             if not self._link_ok and now < retry_at:
                 continue  # Redis is away: try again at retry_at, not on every event
             poll = self._poll_now or now >= next_poll
-            heartbeat = self._record_dirty or now >= next_heartbeat
+            # after a reconnect, rewrite the record: a write without replies on the old
+            # connection (a change's record and ack) may have been lost with it
+            heartbeat = (self._record_dirty or now >= next_heartbeat
+                         or self._link.generation != link_generation)
             peers = self._pending_stagger is not None
             restore = self._restore_due
             if not (poll or heartbeat or peers or restore):
@@ -1069,6 +1076,8 @@ class FleetController:
                 next_heartbeat = max(next_heartbeat, retry_at)
                 continue
             backoff.reset()
+            if heartbeat:
+                link_generation = self._link.generation
             now = time.monotonic()
             if poll:
                 # from when the poll was sent, not when it came back: the period stays
