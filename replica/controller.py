@@ -906,7 +906,7 @@ class FleetController:
         """Subscribe to the control channel on a connection of its own (``Subscription``) and
         apply what comes; on any failure, reconnect with jittered backoff and resubscribe."""
         backoff = _Backoff(cap=self.reconnect_cap)
-        refused = _Backoff(base=1.0, cap=max(30.0, self.reconnect_cap))
+        refused = _Backoff(base=5.0, cap=max(60.0, self.reconnect_cap))
         sub = Subscription(self._redis, self._keys.control)
         while True:
             delay: float | None = None
