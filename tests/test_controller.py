@@ -566,8 +566,6 @@ async def test_a_hash_that_went_back_in_time_is_put_back_and_a_pause_still_wins(
         older = state_at(fleet_name, paused.version - 1, False)
         await redis.delete(keys.state)
         await redis.hset(keys.state, mapping=dict(older.to_hash()))
-        await until(lambda: redis.hget(keys.state, "version"), timeout=10)
-        await until(lambda: fleet.state(), timeout=1)
         await until(lambda: _version_is(fleet, paused.version), timeout=10)
         assert (await fleet.state()).paused
         assert all(p.holds == {"fleet": "newest"} for p in replicas.pools)
