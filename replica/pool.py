@@ -2,20 +2,21 @@
 
 Design (why it is not the guide's Event gate):
 
-* Items wait in one FIFO deque. A worker takes an item only while the gate is open: it either
-  pops the head of the deque or parks itself as an idle *slot* that ``put()`` fills directly.
-  Nothing is ever put back at the tail, so start order is put order across any number of
-  pause/resume cycles.
-* An item handed to a parked slot whose worker has not run yet is *reserved*, not started.
-  ``pause()`` takes every reservation back (to the head of the deque, in order) before it
-  returns control, so no item starts after ``pause()`` was called, even on a worker that was
-  already waiting for an item.
+* Items wait in one FIFO deque, and the only way an item leaves it to run is a worker popping
+  the head *and entering the handler in the same synchronous step*, while no hold is on. So
+  items start in put order across any number of pause/resume cycles, and no item starts after
+  ``pause()`` (or ``hold()``) ran. Nothing is ever put back: the guide's put-back moves an item
+  to the tail.
+* An idle worker parks on a future. ``put()`` and ``resume()`` only *wake* parked workers; a
+  woken worker re-checks the gate and the deque when it runs, and parks again if the pool was
+  paused meanwhile or another worker took the item. A worker that was already waiting for an
+  item when the pause began therefore takes nothing.
 * The gate is a set of named holds (``Holds``): paused while any source holds it.
 * The hot path has no per-item Event wait: a busy worker pops and runs; only an idle worker
   creates a future.
 
-Where an item is, at every moment: in the deque (``queued``), reserved for a slot (counted in
-``queued`` too), in a handler (``in_flight``), done, or handed back by ``drain()``.
+Where an item is, at every moment: in the deque (``queued``), in a handler (``in_flight``),
+done, or handed back by ``drain()``.
 """
 
 from __future__ import annotations
@@ -70,16 +71,6 @@ class PoolStats:
     closed: bool
 
 
-class _Slot:
-    """A parked worker: ``put()`` fills ``item`` and wakes ``fut``."""
-
-    __slots__ = ("fut", "item")
-
-    def __init__(self, fut: asyncio.Future[None]) -> None:
-        self.fut = fut
-        self.item: Any = _EMPTY
-
-
 class _Worker:
     """What one worker task is running (``_EMPTY`` while it is not running an item)."""
 
@@ -123,9 +114,8 @@ class PausablePool:
         self.shutdown_grace_period_s = shutdown_grace_period_s
 
         self._items: deque[Item] = deque()
-        self._idle: deque[_Slot] = deque()  # parked workers, oldest first
-        # Slots filled but whose worker has not started yet, in reservation (= FIFO) order.
-        self._reserved: dict[_Slot, None] = {}
+        self._idle: deque[asyncio.Future[None]] = deque()  # parked workers, oldest first
+        self._waking = 0  # parked workers woken whose loop has not run yet
         self._open = True  # no hold is on: the one flag the hot path reads
         self._putters: deque[asyncio.Future[None]] = deque()
         self._quiet_waiters: list[asyncio.Future[None]] = []
@@ -203,18 +193,17 @@ class PausablePool:
         """Add ``item``; raises ``asyncio.QueueFull`` when the bounded queue is full."""
         if self._closed:
             raise PoolClosed(f"{self.name} is drained: it takes no new items")
-        if self._maxsize and len(self._items) + len(self._reserved) >= self._maxsize:
+        if self._maxsize and len(self._items) >= self._maxsize:
             raise asyncio.QueueFull
         self._put += 1
         self._unfinished += 1
-        if self._idle and self._open:
-            self._hand(self._idle.popleft(), item)
-        else:
-            self._items.append(item)
+        self._items.append(item)
+        if self._idle and self._open and self._waking < len(self._items):
+            self._wake_one()
 
     async def put(self, item: Item) -> None:
         """Add ``item``, waiting while the bounded queue is full (paused or not)."""
-        while self._maxsize and len(self._items) + len(self._reserved) >= self._maxsize:
+        while self._maxsize and len(self._items) >= self._maxsize:
             if self._closed:
                 break
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -232,7 +221,7 @@ class PausablePool:
         self.put_nowait(item)
 
     def _full(self) -> bool:
-        return bool(self._maxsize) and len(self._items) + len(self._reserved) >= self._maxsize
+        return bool(self._maxsize) and len(self._items) >= self._maxsize
 
     def _wake_putter(self) -> None:
         while self._putters:
@@ -252,7 +241,6 @@ class PausablePool:
             return False
         just_paused = self._holds.hold(source, reason)
         self._open = False
-        self._revoke()
         if just_paused:
             log.info(
                 "%s paused by %s (%s): %d in flight, %d queued",
@@ -336,7 +324,7 @@ class PausablePool:
 
     @property
     def queued(self) -> int:
-        return len(self._items) + len(self._reserved)
+        return len(self._items)
 
     @property
     def quiet(self) -> bool:
@@ -402,7 +390,6 @@ class PausablePool:
         self._closed = True
         self._holds.hold(DRAIN_SOURCE, "draining")
         self._open = False
-        self._revoke()
         unstarted = list(self._items)
         self._items.clear()
         self._unfinished -= len(unstarted)
@@ -436,25 +423,14 @@ class PausablePool:
 
     # ------------------------------------------------------------------ internals
 
-    def _hand(self, slot: _Slot, item: Item) -> None:
-        slot.item = item
-        self._reserved[slot] = None
-        slot.fut.set_result(None)
+    def _wake_one(self) -> None:
+        self._waking += 1
+        self._idle.popleft().set_result(None)
 
     def _dispatch(self) -> None:
-        """Fill parked workers from the head of the deque (gate open)."""
-        while self._idle and self._items and self._open:
-            self._hand(self._idle.popleft(), self._items.popleft())
-
-    def _revoke(self) -> None:
-        """Take back reservations of workers that have not started yet, to the head of the
-        deque in their original order (reservations are older than anything in the deque)."""
-        if not self._reserved:
-            return
-        for slot in reversed(self._reserved):
-            self._items.appendleft(slot.item)
-            slot.item = _EMPTY
-        self._reserved.clear()
+        """Wake as many parked workers as there are queued items nobody is coming for."""
+        while self._idle and self._open and self._waking < len(self._items):
+            self._wake_one()
 
     def _emit(self, event: str) -> None:
         for listener in list(self._listeners):
@@ -490,29 +466,26 @@ class PausablePool:
         if self._ready_count == self._workers:
             self._ready.set()
         while True:
-            # -- take an item: only while the gate is open, from the head, never put back
+            # -- take the head, only while the gate is open; the handler is entered in this
+            # same synchronous step, so start order is pop order is put order.
             if self._open and items:
                 item = items.popleft()
                 if self._putters:
                     self._wake_putter()
             else:
-                slot = _Slot(loop.create_future())
-                self._idle.append(slot)
+                fut: asyncio.Future[None] = loop.create_future()
+                self._idle.append(fut)
                 try:
-                    await slot.fut
+                    await fut
                 except asyncio.CancelledError:
-                    if slot in self._idle:
-                        self._idle.remove(slot)
-                    if slot in self._reserved:  # handed but never started: give it back
-                        self._revoke()
+                    if fut in self._idle:
+                        self._idle.remove(fut)
+                    elif fut.done() and not fut.cancelled():  # woken, then cancelled: pass it on
+                        self._waking -= 1
                         self._dispatch()
                     raise
-                item = slot.item
-                if item is _EMPTY:  # reservation revoked by a pause
-                    continue
-                del self._reserved[slot]
-                if self._putters:
-                    self._wake_putter()
+                self._waking -= 1
+                continue  # re-check the gate and the deque: a pause may have come meanwhile
             # -- run it
             self._in_flight += 1
             me.item = item

@@ -163,6 +163,20 @@ async def test_items_start_in_put_order_across_many_pause_resume_cycles() -> Non
     assert rec.starts == list(range(n))
 
 
+async def test_order_holds_when_a_pause_lands_between_waking_workers_and_their_running() -> None:
+    # The smallest case the property test found against an earlier design that reserved items
+    # for parked workers: two items handed to two parked workers, a pause before either ran,
+    # then a resume. The stale wake-up of one worker must not start item 1 before item 0.
+    rec = Recorder()
+    async with PausablePool(rec, workers=3) as pool:
+        pool.put_nowait(0)
+        pool.put_nowait(1)
+        pool.hold("blip", source="operator")
+        pool.resume("operator")
+        await pool.join(timeout=10)
+    assert rec.starts == [0, 1]
+
+
 # --------------------------------------------------------------------------- S4
 
 
