@@ -69,8 +69,9 @@ from replica.contract import (
     timedelta_s,
     validate_fleet,
 )
-from replica.controller import Subscription, uncancelled
 from replica.errors import ContractError, InvalidMessage
+from replica.redisio import uncancelled
+from replica.subscription import Subscription
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -33,19 +33,16 @@ import asyncio
 import functools
 import json
 import logging
-import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
-import hiredis
 from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import InvalidResponse, RedisError, ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from replica.contract import (
     ACK_APPLIED,
@@ -89,6 +86,17 @@ from replica.contract import (
 )
 from replica.errors import ConfigError, InvalidMessage
 from replica.pool import PausablePool
+from replica.redisio import (
+    NET_ERRORS,
+    SKIP,
+    Backoff,
+    Link,
+    as_mapping,
+    pack,
+    pack_arg,
+    uncancelled,
+)
+from replica.subscription import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -101,23 +109,6 @@ SYNCING_REASON: Final = "syncing"
 StateListener = Callable[[FleetState, "float | None"], Any]
 """Called with each applied state and its propagation delay in seconds (None when unknown)."""
 
-_NET_ERRORS: Final = (RedisError, OSError, TimeoutError)
-
-T = TypeVar("T")
-
-
-async def uncancelled(aw: Awaitable[T]) -> T:
-    """Await a redis-py call, and raise ``CancelledError`` if the task was cancelled meanwhile.
-
-    redis-py 8.1 (asyncio) can swallow a cancellation that lands while a command or pipeline
-    runs: the call returns normally and the task goes on with its cancel request pending,
-    which turns ``stop()`` into a hang. Every Redis await in fleetgate goes through this."""
-    task = asyncio.current_task()
-    before = task.cancelling() if task is not None else 0
-    result = await aw
-    if task is not None and task.cancelling() > before:
-        raise asyncio.CancelledError
-    return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,26 +144,6 @@ class ControllerStats:
     """Seconds from the state's change to this replica applying it (last value)."""
 
 
-_SKIP: Final = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$4\r\nSKIP\r\n"
-
-
-def _pack_arg(arg: str) -> bytes:
-    b = arg.encode()
-    return b"$%d\r\n%b\r\n" % (len(b), b)
-
-
-def _pack(command: tuple[Any, ...]) -> bytes:
-    """One command in RESP (redis-py's packer costs more than everything else at a change)."""
-    out = [b"*%d\r\n" % len(command)]
-    for arg in command:
-        if isinstance(arg, str):
-            b = arg.encode()
-        elif isinstance(arg, bytes):
-            b = arg
-        else:
-            b = str(arg).encode()
-        out.append(b"$%d\r\n%b\r\n" % (len(b), b))
-    return b"".join(out)
 
 
 @functools.lru_cache(maxsize=16)
@@ -190,238 +161,6 @@ def _holds_json(holds: tuple[tuple[str, str], ...]) -> str:
 @functools.lru_cache(maxsize=16)
 def _state_json(state: FleetState) -> str:
     return state.to_json()
-
-
-def _as_mapping(raw: Any) -> Mapping[Any, Any]:
-    """An HGETALL reply as a mapping (RESP2 gives a flat list, RESP3 a map)."""
-    if isinstance(raw, Mapping):
-        return raw
-    items = list(raw or [])
-    return dict(zip(items[::2], items[1::2], strict=False))
-
-
-class _Link:
-    """The controller's own connection for the poll, the record and the acknowledgements.
-
-    A raw connection of the client's pool class and settings, held for the controller's life:
-    ``call(commands, quiet)`` sends ``quiet`` commands with ``CLIENT REPLY SKIP`` before each
-    (no reply comes back; when the server refuses CLIENT REPLY, their replies are read later
-    and only errors kept) and ``commands`` normally, in one write, and returns the replies of
-    ``commands`` (an error reply as its exception). Any failure mid-way drops the connection,
-    so replies can never get out of step.
-    """
-
-    def __init__(self, redis: Redis) -> None:
-        self._pool = redis.connection_pool
-        self._conn: Any = None
-        self._spare: Any = None
-        self.generation = 0
-        """Counts (re)connections: what was written without replies before one may be lost."""
-        self._skip: bool = False
-        self._unread = 0
-        self._errors: list[BaseException] = []
-
-    def take_errors(self) -> list[BaseException]:
-        errors, self._errors = self._errors, []
-        return errors
-
-    async def _connection(self) -> Any:
-        conn = self._conn
-        if conn is not None and conn.is_connected:
-            return conn
-        self._conn = None
-        if self._spare is None:  # one connection object for good (see Subscription.open)
-            self._spare = self._pool.make_connection()  # type: ignore[no-untyped-call]
-        conn = self._spare
-        try:
-            await conn.connect()
-            # Probe CLIENT REPLY: allowed, the first PING's reply is skipped; refused (an ACL),
-            # an error comes first and both PINGs answer.
-            await conn.send_packed_command(conn.pack_commands(
-                [("CLIENT", "REPLY", "SKIP"), ("PING", "a"), ("PING", "b")]
-            ), check_health=False)
-            first = await self._read(conn)
-            if isinstance(first, BaseException):
-                self._skip = False
-                await self._read(conn)
-                await self._read(conn)
-            else:
-                self._skip = True
-        except BaseException:
-            await _bounded(conn.disconnect(nowait=True), 1.0)
-            raise
-        self._conn = conn
-        self._unread = 0
-        self.generation += 1
-        return conn
-
-    @staticmethod
-    async def _read(conn: Any) -> Any:
-        try:
-            return await conn.read_response()
-        except ResponseError as exc:
-            return exc
-
-    async def call(
-        self, commands: list[tuple[Any, ...]], quiet: Sequence[tuple[Any, ...]] = ()
-    ) -> list[Any]:
-        conn = await self._connection()
-        wire: list[bytes] = []
-        unread = self._unread
-        for command in quiet:
-            if self._skip:
-                wire.append(_SKIP)
-            else:
-                unread += 1
-            wire.append(_pack(command))
-        wire += [_pack(c) for c in commands]
-        try:
-            await conn.send_packed_command(b"".join(wire), check_health=False)
-            self._unread = unread
-            if not commands:
-                return []
-            for _ in range(self._unread):
-                reply = await self._read(conn)
-                if isinstance(reply, BaseException):
-                    self._errors.append(reply)
-            self._unread = 0
-            return [await self._read(conn) for _ in commands]
-        except BaseException:
-            self._conn = None
-            self._unread = 0
-            await _bounded(conn.disconnect(nowait=True), 1.0)
-            raise
-
-    def write_raw(self, wire: bytes) -> bool:
-        """Write commands already in RESP, each behind CLIENT REPLY SKIP (no replies), at
-        once. False when that cannot be done now: the caller goes through ``call``."""
-        conn = self._conn
-        writer = getattr(conn, "_writer", None) if conn is not None else None
-        if not self._skip or writer is None or writer.is_closing():
-            return False
-        writer.write(wire)
-        return True
-
-    def write_quiet(self, quiet: Sequence[tuple[Any, ...]]) -> bool:
-        """Write ``quiet`` commands at once, without waiting (no replies: CLIENT REPLY SKIP).
-        False when that cannot be done now (not connected, or the server refuses CLIENT
-        REPLY): the caller then goes through ``call``."""
-        conn = self._conn
-        writer = getattr(conn, "_writer", None) if conn is not None else None
-        if not self._skip or writer is None or writer.is_closing():
-            return False
-        writer.write(b"".join(_SKIP + _pack(c) for c in quiet))
-        return True
-
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await _bounded(conn.disconnect(nowait=True), 1.0)
-
-
-class Subscription:
-    """A pub/sub subscription on a connection of its own, read with a hiredis reader of its
-    own, a whole socket read at a time.
-
-    The connection comes from the client's pool class and settings (so AUTH, TLS, the
-    database are as configured), is subscribed to one channel and never used for anything
-    else. redis-py's PubSub costs a timeout, a retry wrapper and a logger lookup per message;
-    here a burst of messages (1000 acknowledgements, say) is parsed from each socket read in
-    one go. Replies are bytes whatever the client decodes. ``read()`` raises
-    ``ConnectionError`` when the server closes the connection and ``ResponseError`` for an
-    error reply (a refused SUBSCRIBE).
-    """
-
-    def __init__(self, redis: Redis, channel: str) -> None:
-        self._pool = redis.connection_pool
-        self.channel = channel
-        self._conn: Any = None
-        self._spare: Any = None
-        self._reader: Any = None
-        self._writer: Any = None
-        self._parser = hiredis.Reader(protocolError=InvalidResponse, replyError=ResponseError)
-
-    async def open(self) -> None:
-        """Connect and send SUBSCRIBE (the confirmation comes through ``read()``). A reopen
-        reuses the connection object (redis-py looks its own version up, uncached, for each
-        new one: a millisecond per connection, which a reconnect wave multiplies)."""
-        conn = self._spare if self._spare is not None else self._pool.make_connection()  # type: ignore[no-untyped-call]
-        self._spare = conn
-        self._parser = hiredis.Reader(protocolError=InvalidResponse, replyError=ResponseError)
-        try:
-            await uncancelled(conn.connect())
-            reader = getattr(conn, "_reader", None)
-            writer = getattr(conn, "_writer", None)
-            if reader is None or writer is None:
-                raise RedisConnectionError("the connection has no stream to read")
-            writer.write(_pack(("SUBSCRIBE", self.channel)))
-        except BaseException:
-            await _bounded(conn.disconnect(nowait=True), 1.0)
-            raise
-        self._conn, self._reader, self._writer = conn, reader, writer
-
-    def buffered(self) -> Any:
-        """The next reply already read, or None."""
-        reply = self._parser.gets()
-        return None if reply is False else reply
-
-    async def read(self, timeout: float | None) -> Any:
-        """The next reply, or None when ``timeout`` passes first."""
-        reply = self._parser.gets()
-        if reply is not False:
-            return reply
-        if self._reader is None:
-            raise RedisConnectionError("the subscription is closed")
-        while True:
-            if timeout is None:
-                data = await self._reader.read(65536)  # no timer per read: it adds up
-            else:
-                try:
-                    async with asyncio.timeout(timeout):
-                        data = await self._reader.read(65536)
-                except TimeoutError:
-                    return None
-            if not data:
-                raise RedisConnectionError("Connection closed by server.")
-            self._parser.feed(data)
-            reply = self._parser.gets()
-            if reply is not False:
-                return reply
-
-    def send(self, *command: Any) -> None:
-        """Send a command on the subscription (PING)."""
-        if self._writer is None:
-            raise RedisConnectionError("the subscription is closed")
-        self._writer.write(_pack(command))
-
-    def abort(self) -> None:
-        """Drop the connection now (a reader blocked in ``read()`` sees it closed)."""
-        writer = self._writer
-        if writer is not None:
-            writer.transport.abort()
-
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        self._reader = self._writer = None
-        if conn is not None:
-            await _bounded(conn.disconnect(nowait=True), 1.0)
-
-
-class _Backoff:
-    """Exponential backoff with jitter (half to full of the current step)."""
-
-    def __init__(self, base: float = 0.05, cap: float = 5.0) -> None:
-        self.base = base
-        self.cap = cap
-        self.attempt = 0
-
-    def next(self) -> float:
-        step = min(self.cap, self.base * (2**self.attempt))
-        self.attempt = min(self.attempt + 1, 30)
-        return float(step * random.uniform(0.5, 1.0))
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 class FleetController:
@@ -469,23 +208,23 @@ class FleetController:
         self.pubsub_ping_interval = pubsub_ping_interval
         self.reconnect_cap = reconnect_cap
         self._restore_script = redis.register_script(RESTORE_STATE_LUA)
-        self._link = _Link(redis)
+        self._link = Link(redis)
         self._applied_json = ""
         self._applied_at_text = ""
         change_fields = (
             R_PAUSED, R_HOLDS, R_FLEET_HELD, R_APPLIED_VERSION, R_APPLIED_STATE, R_APPLIED_AT,
             R_RESUME_AT, R_IN_FLIGHT, R_QUEUED, R_QUIET, R_QUIET_AT, R_CONTROL, R_HEARTBEAT_AT,
         )
-        self._wire_fields = [_pack_arg(f) for f in change_fields]
+        self._wire_fields = [pack_arg(f) for f in change_fields]
         self._wire_hset_head = (
-            _SKIP + b"*%d\r\n" % (2 + 2 * len(change_fields)) + _pack_arg("HSET")
-            + _pack_arg(self._record_key)
+            SKIP + b"*%d\r\n" % (2 + 2 * len(change_fields)) + pack_arg("HSET")
+            + pack_arg(self._record_key)
         )
-        self._wire_pexpire = _SKIP + _pack((
+        self._wire_pexpire = SKIP + pack((
             "PEXPIRE", self._record_key,
             int(self.heartbeat_interval * RECORD_TTL_HEARTBEATS * 1000),
         ))
-        self._wire_publish_head = _SKIP + b"*3\r\n" + _pack_arg("PUBLISH") + _pack_arg(
+        self._wire_publish_head = SKIP + b"*3\r\n" + pack_arg("PUBLISH") + pack_arg(
             self._keys.acks)
         self._applying = False
         self._started_at = now_utc()
@@ -690,7 +429,7 @@ class FleetController:
                 await uncancelled(self._link.call([
                     ("DEL", self._record_key), ("ZREM", self._keys.replicas, self._replica_id),
                 ]))
-        except _NET_ERRORS as exc:
+        except NET_ERRORS as exc:
             log.info("fleet %s replica %s: could not remove the record on stop: %r",
                      self._fleet, self._replica_id, exc)
         finally:
@@ -905,8 +644,8 @@ class FleetController:
     async def _listen_loop(self) -> None:
         """Subscribe to the control channel on a connection of its own (``Subscription``) and
         apply what comes; on any failure, reconnect with jittered backoff and resubscribe."""
-        backoff = _Backoff(cap=self.reconnect_cap)
-        refused = _Backoff(base=5.0, cap=max(60.0, self.reconnect_cap))
+        backoff = Backoff(cap=self.reconnect_cap)
+        refused = Backoff(base=5.0, cap=max(60.0, self.reconnect_cap))
         sub = Subscription(self._redis, self._keys.control)
         while True:
             delay: float | None = None
@@ -944,7 +683,7 @@ class FleetController:
                         self._wake.set()
             except asyncio.CancelledError:
                 raise
-            except _NET_ERRORS as exc:
+            except NET_ERRORS as exc:
                 self._subscribed = False
                 self._set_connected(False)
                 self._sub_failed = True
@@ -1025,7 +764,7 @@ class FleetController:
                         self.pause_timeout)
 
     async def _sync_loop(self) -> None:
-        backoff = _Backoff(cap=min(self.reconnect_cap, self.poll_interval))
+        backoff = Backoff(cap=min(self.reconnect_cap, self.poll_interval))
         next_poll = time.monotonic()
         next_heartbeat = time.monotonic()
         retry_at = 0.0
@@ -1062,7 +801,7 @@ class FleetController:
                     await self._restore()
             except asyncio.CancelledError:
                 raise
-            except _NET_ERRORS as exc:
+            except NET_ERRORS as exc:
                 if poll:
                     self._poll_failures += 1
                 self._link_ok = False
@@ -1139,7 +878,7 @@ class FleetController:
             else:
                 self._polls += 1
                 self._last_poll_at = now_utc()
-                self._on_poll(_as_mapping(raw), poll_seq)
+                self._on_poll(as_mapping(raw), poll_seq)
                 if self._sub_failed and self._synced:
                     self._failed.set()
                 if sub_gen >= 0 and self._subscribed and sub_gen == self._sub_gen:
@@ -1346,14 +1085,3 @@ class FleetController:
             at=now_utc(),
             resume_at=self._pending_resume_at,
         )
-
-
-async def _bounded(aw: Any, timeout: float) -> None:
-    """Await a cleanup step for at most ``timeout`` seconds, swallowing its errors."""
-    try:
-        async with asyncio.timeout(timeout):
-            await aw
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        log.debug("cleanup step failed: %r", exc)
