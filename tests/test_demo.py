@@ -45,3 +45,60 @@ def test_the_demo_exits_one_with_one_line_when_redis_cannot_be_reached() -> None
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("fleetgate demo:"), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_demo_serve_keeps_the_dashboard_up_until_ctrl_c_then_stops_every_process(
+    redis_url: str,
+) -> None:
+    import queue
+    import re
+    import signal
+    import threading
+
+    import httpx
+    import redis as syncredis
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coordinator", "demo", "--serve"],
+        env={**os.environ, "FLEETGATE_REDIS_URL": redis_url, "COLUMNS": "100"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    seen: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+
+    pumper = threading.Thread(target=pump, daemon=True)
+    pumper.start()
+    try:
+        url = fleet = None
+        while url is None:
+            line = lines.get(timeout=120)  # the demo's own output is the event we wait on
+            seen.append(line)
+            if m := re.search(r"fleet '([a-z0-9_.-]+)'", line):
+                fleet = m.group(1)
+            if m := re.search(r"dashboard: (http://\S+)", line):
+                url = m.group(1)
+        assert fleet is not None and "all checks held" in "".join(seen)
+        page = httpx.get(url, timeout=10)
+        assert page.status_code == 200 and "fleetgate" in page.text.lower()
+        with syncredis.Redis.from_url(redis_url, decode_responses=True) as r:
+            assert r.zcard(f"fleetgate:{{{fleet}}}:replicas") == 3
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=60) == 0, "".join(seen)
+            # every replica stopped cleanly: each removed its own record on the way out
+            assert r.zcard(f"fleetgate:{{{fleet}}}:replicas") == 0
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(url, timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        pumper.join(timeout=10)
+        assert proc.stdout is not None
+        proc.stdout.close()
