@@ -408,11 +408,7 @@ class FleetController:
             return
         self._stopped = True
         self._pool.remove_listener(self._on_pool_event)
-        tasks = [t for t in self._tasks if not t.done()]
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=5.0)
+        await self._cancel_tasks()
         cleanup = asyncio.ensure_future(self._remove_record())
         try:
             await asyncio.shield(cleanup)
@@ -422,6 +418,23 @@ class FleetController:
         self._set_connected(False, quiet=True)
         log.info("fleet %s replica %s: controller stopped at v%d",
                  self._fleet, self._replica_id, self.applied_version)
+
+    async def _cancel_tasks(self) -> None:
+        """Cancel the controller's tasks and make sure they are done. A cancellation can be
+        lost inside a Redis call (redis-py, Python 3.11), so cancel again, each wait bounded."""
+        pending = [t for t in self._tasks if not t.done()]
+        for wait_s in (1.0, 2.0, 2.0):
+            if not pending:
+                return
+            for t in pending:
+                t.cancel()
+            _, still = await asyncio.wait(pending, timeout=wait_s)
+            pending = list(still)
+        if pending:
+            log.warning(
+                "fleet %s replica %s: %d controller task(s) ignored cancellation",
+                self._fleet, self._replica_id, len(pending),
+            )
 
     async def _remove_record(self) -> None:
         try:

@@ -184,12 +184,7 @@ class ReplicaService:
                 )
                 await self.source.stop(drain_s)
                 await self._cancel(self._follower)
-                await self.controller.stop()
-                # A cancellation redis-py swallowed (Python 3.11) can leave a controller task
-                # running after stop(): cancel again, bounded, so the process can exit.
-                for task in list(getattr(self.controller, "_tasks", [])):
-                    if not task.done():
-                        await cancel_bounded(task, 2.0)
+                await self.controller.stop()  # returns once its tasks are done (bounded)
         finally:
             # Phase 2: HTTP, then Redis.
             await self._stop_http()
