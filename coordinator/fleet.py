@@ -27,6 +27,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from coordinator.acks import _WAIT_FIELDS, _dt, _fast_ack, _View
 from coordinator.models import (
     WHY_IN_FLIGHT,
     WHY_RESUME_PENDING,
@@ -41,20 +42,8 @@ from replica.contract import (
     AUDIT_MAXLEN,
     CONTROL_CONNECTED,
     ITEM_FIELD,
-    MAX_MESSAGE_BYTES,
     MAX_STAGGER_S,
-    R_APPLIED_AT,
     R_APPLIED_STATE,
-    R_APPLIED_VERSION,
-    R_CONTROL,
-    R_FLEET_HELD,
-    R_HEARTBEAT_AT,
-    R_HEARTBEAT_INTERVAL,
-    R_IN_FLIGHT,
-    R_QUIET,
-    R_QUIET_AT,
-    R_RESUME_AT,
-    REPLICA_ID_RE,
     RESTORE_STATE_LUA,
     SET_STATE_LUA,
     STALE_HEARTBEATS,
@@ -63,7 +52,6 @@ from replica.contract import (
     check_text,
     format_time,
     now_utc,
-    parse_time,
     restore_args,
     text,
     timedelta_s,
@@ -90,10 +78,6 @@ end
 return out
 """
 
-_WAIT_FIELDS: Final = (
-    R_APPLIED_VERSION, R_FLEET_HELD, R_QUIET, R_IN_FLIGHT, R_APPLIED_AT, R_QUIET_AT,
-    R_CONTROL, R_HEARTBEAT_AT, R_HEARTBEAT_INTERVAL, R_RESUME_AT,
-)
 _BATCH: Final = 500
 """Records read per script call (bounded so one call never blocks Redis long)."""
 LIVE_HEARTBEAT_S: Final = 10.0
@@ -101,113 +85,6 @@ LIVE_HEARTBEAT_S: Final = 10.0
 2.5 times this (the default heartbeat interval)."""
 PRUNE_AFTER: Final = timedelta(hours=1)
 """A replica id silent this long leaves the ``replicas`` set at the next change."""
-
-
-class _View:
-    """What ``wait`` knows of one replica."""
-
-    __slots__ = (
-        "alive", "applied_at", "applied_version", "control", "fleet_held", "id", "in_flight",
-        "quiet", "quiet_at", "resume_at",
-    )
-
-    def __init__(self, replica_id: str) -> None:
-        self.id = replica_id
-        self.alive = False
-        self.applied_version = 0
-        self.fleet_held = False
-        self.quiet = False
-        self.in_flight = 0
-        self.applied_at: Any = None  # datetime (record) or ISO text (ack): see _dt
-        self.quiet_at: Any = None
-        self.resume_at: Any = None
-        self.control = "unknown"
-
-    def reached(self, version: int, pause: bool) -> bool:
-        if self.applied_version < version:
-            return False
-        if pause:
-            return self.fleet_held and self.quiet
-        return not self.fleet_held
-
-    def from_record(self, values: Sequence[Any], now: float) -> None:
-        v = dict(zip(_WAIT_FIELDS, (text(x) if x is not None else None for x in values),
-                     strict=True))
-        if v[R_APPLIED_VERSION] is None and v[R_HEARTBEAT_AT] is None:
-            self.alive = False  # the record expired
-            self.control = "unknown"
-            return
-        try:
-            interval = float(v[R_HEARTBEAT_INTERVAL] or 10.0)
-            beat = parse_time(v[R_HEARTBEAT_AT])
-            version = int(v[R_APPLIED_VERSION] or 0)
-        except (ValueError, ContractError):
-            self.alive = False
-            return
-        self.alive = beat is not None and now - beat.timestamp() <= STALE_HEARTBEATS * interval
-        if version >= self.applied_version:
-            self.applied_version = version
-            self.fleet_held = v[R_FLEET_HELD] == "1"
-            self.quiet = v[R_QUIET] == "1"
-            self.in_flight = int(v[R_IN_FLIGHT] or 0)
-            self.applied_at = _time_or_none(v[R_APPLIED_AT]) or self.applied_at
-            self.quiet_at = _time_or_none(v[R_QUIET_AT]) if self.quiet else None
-            self.resume_at = _time_or_none(v[R_RESUME_AT])
-        self.control = v[R_CONTROL] or "unknown"
-
-    def from_ack(self, ack: _AckFields) -> None:
-        _replica, version, fleet_held, quiet, in_flight, at, resume_at = ack
-        self.alive = True
-        self.control = CONTROL_CONNECTED
-        if version < self.applied_version:
-            return
-        if version > self.applied_version or self.applied_at is None:
-            self.applied_at = at
-        self.applied_version = version
-        self.fleet_held = fleet_held
-        self.quiet = quiet
-        self.in_flight = in_flight
-        self.resume_at = resume_at
-        if quiet and self.quiet_at is None:
-            self.quiet_at = at
-
-
-_AckFields = tuple[str, int, bool, bool, int, Any, Any]
-"""replica, version, fleet_held, quiet, in_flight, at, resume_at (times as sent: text)."""
-
-
-def _fast_ack(data: Any) -> _AckFields | None:
-    """An ack's fields, checked but with its times left as text (parsed only for the report):
-    the coordinator reads one ack per replica at every change. None for anything invalid."""
-    if not isinstance(data, bytes | str) or len(data) > MAX_MESSAGE_BYTES:
-        return None
-    try:
-        d = json.loads(data)
-    except (ValueError, RecursionError):
-        return None
-    if type(d) is not dict:
-        return None
-    replica = d.get("replica")
-    version = d.get("version")
-    in_flight = d.get("in_flight", 0)
-    if type(replica) is not str or type(version) is not int or type(in_flight) is not int:
-        return None
-    if REPLICA_ID_RE.fullmatch(replica) is None or version < 0:
-        return None
-    at = d.get("at")
-    resume_at = d.get("resume_at")
-    return (replica, version, d.get("fleet_held") is True, d.get("quiet") is True, in_flight,
-            at if type(at) is str else None, resume_at if type(resume_at) is str else None)
-
-
-def _dt(value: Any) -> datetime | None:
-    """A time from a record (datetime) or an ack (text, checked here)."""
-    if value is None or isinstance(value, datetime):
-        return value
-    try:
-        return parse_time(value)
-    except ContractError:
-        return None
 
 
 async def _next_message(sub: Subscription, timeout: float) -> Mapping[str, Any] | None:
@@ -236,13 +113,6 @@ async def _again(call: Callable[[], Awaitable[T]]) -> T:
 
 async def _bounded_close(sub: Subscription) -> None:
     await sub.close()
-
-
-def _time_or_none(value: str | None) -> datetime | None:
-    try:
-        return parse_time(value)
-    except ContractError:
-        return None
 
 
 @dataclass(frozen=True, slots=True)
