@@ -85,9 +85,9 @@ class _View:
             self.fleet_held = v[R_FLEET_HELD] == "1"
             self.quiet = v[R_QUIET] == "1"
             self.in_flight = int(v[R_IN_FLIGHT] or 0)
-            self.applied_at = _time_or_none(v[R_APPLIED_AT]) or self.applied_at
-            self.quiet_at = _time_or_none(v[R_QUIET_AT]) if self.quiet else None
-            self.resume_at = _time_or_none(v[R_RESUME_AT])
+            self.applied_at = _dt(v[R_APPLIED_AT]) or self.applied_at
+            self.quiet_at = _dt(v[R_QUIET_AT]) if self.quiet else None
+            self.resume_at = _dt(v[R_RESUME_AT])
         self.control = v[R_CONTROL] or "unknown"
 
     def from_ack(self, ack: _AckFields) -> None:
@@ -139,13 +139,6 @@ def _dt(value: Any) -> datetime | None:
     """A time from a record (datetime) or an ack (text, checked here)."""
     if value is None or isinstance(value, datetime):
         return value
-    try:
-        return parse_time(value)
-    except ContractError:
-        return None
-
-
-def _time_or_none(value: str | None) -> datetime | None:
     try:
         return parse_time(value)
     except ContractError:

@@ -92,6 +92,7 @@ from replica.redisio import (
     Backoff,
     Link,
     as_mapping,
+    cancel_bounded,
     pack,
     pack_arg,
     uncancelled,
@@ -420,21 +421,10 @@ class FleetController:
                  self._fleet, self._replica_id, self.applied_version)
 
     async def _cancel_tasks(self) -> None:
-        """Cancel the controller's tasks and make sure they are done. A cancellation can be
-        lost inside a Redis call (redis-py, Python 3.11), so cancel again, each wait bounded."""
+        """Cancel the controller's tasks and make sure they end (a cancellation can be lost
+        inside a Redis call: ``cancel_bounded`` cancels again, bounded)."""
         pending = [t for t in self._tasks if not t.done()]
-        for wait_s in (1.0, 2.0, 2.0):
-            if not pending:
-                return
-            for t in pending:
-                t.cancel()
-            _, still = await asyncio.wait(pending, timeout=wait_s)
-            pending = list(still)
-        if pending:
-            log.warning(
-                "fleet %s replica %s: %d controller task(s) ignored cancellation",
-                self._fleet, self._replica_id, len(pending),
-            )
+        await asyncio.gather(*(cancel_bounded(t, 5.0) for t in pending))
 
     async def _remove_record(self) -> None:
         try:

@@ -4,8 +4,9 @@ redis-py 8.1 (asyncio) can return normally from a call whose task was cancelled,
 retry a pipeline on a connection that died with a Redis restart; a replica must also be able to
 send a change (its record and its acknowledgement) without waiting for replies. This module
 holds the small pieces that deal with that: ``uncancelled()``, a raw RESP writer (``pack``),
-``Link`` (one connection of the controller's own), ``Backoff`` (jittered reconnects) and
-``bounded()`` (cleanup that cannot hang).
+``Link`` (one connection of the controller's own), ``Backoff`` (jittered reconnects),
+``bounded()`` (cleanup that cannot hang) and ``cancel_bounded()`` (cancel a task again until
+it ends, since a cancellation can be lost inside a call).
 """
 
 from __future__ import annotations
@@ -216,3 +217,14 @@ async def bounded(aw: Any, timeout: float) -> None:
         raise
     except Exception as exc:
         log.debug("cleanup step failed: %r", exc)
+
+
+async def cancel_bounded(task: asyncio.Task[Any], timeout: float = 5.0) -> None:
+    """Cancel ``task`` and wait for it, cancelling again if a cancellation was lost."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not task.done() and loop.time() < deadline:
+        task.cancel()
+        await asyncio.wait([task], timeout=0.2)
+    if not task.done():
+        log.warning("task %s did not stop within %ss", task.get_name(), timeout)

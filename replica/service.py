@@ -38,8 +38,9 @@ from replica.handlers import HandlerContext, LoadedHandler, _context
 from replica.http import create_app
 from replica.metrics import ReplicaMetrics
 from replica.pool import DRAIN_SOURCE, PausablePool
+from replica.redisio import cancel_bounded
 from replica.settings import BreakerSettings, ReplicaSettings
-from replica.source import READ_BLOCK_S, StreamSource, cancel_bounded
+from replica.source import READ_BLOCK_S, StreamSource
 
 log = logging.getLogger(__name__)
 

@@ -54,6 +54,7 @@ from replica.breaker import OPEN, is_breaker_error, state_of
 from replica.contract import ITEM_FIELD, WORK_GROUP, format_time, now_utc
 from replica.errors import ItemCancelled, ItemTimeout, PoolClosed
 from replica.pool import PausablePool
+from replica.redisio import cancel_bounded
 from replica.settings import ReplicaSettings
 from replica.types import Handler
 
@@ -567,17 +568,6 @@ class StreamSource:
             log.warning("%d acks still unsent (%s)", len(ids), exc)
             return
         self._unacked.difference_update(ids)
-
-
-async def cancel_bounded(task: asyncio.Task[Any], timeout: float = 5.0) -> None:
-    """Cancel ``task`` and wait for it, cancelling again if a cancellation was lost."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not task.done() and loop.time() < deadline:
-        task.cancel()
-        await asyncio.wait([task], timeout=0.2)
-    if not task.done():
-        log.warning("task %s did not stop within %ss", task.get_name(), timeout)
 
 
 def _check_cancelled() -> None:
