@@ -143,3 +143,35 @@ def _dt(value: Any) -> datetime | None:
         return parse_time(value)
     except ContractError:
         return None
+
+
+class _Times:
+    """``_dt`` with a memory, for one report: at a fleet-wide change most replicas send the
+    same few millisecond timestamps, and parsing each again is most of a report's cost."""
+
+    __slots__ = ("_after", "_changed", "_seen")
+
+    def __init__(self, changed: datetime | None) -> None:
+        self._changed = changed
+        self._seen: dict[Any, datetime | None] = {}
+        self._after: dict[datetime, float] = {}
+
+    def after(self, t: datetime | None) -> float | None:
+        """Seconds from the change to ``t`` (None when either is unknown)."""
+        changed = self._changed
+        if t is None or changed is None:
+            return None
+        try:
+            return self._after[t]
+        except KeyError:
+            seconds = self._after[t] = round(max(0.0, (t - changed).total_seconds()), 6)
+            return seconds
+
+    def __call__(self, value: Any) -> datetime | None:
+        if value is None or isinstance(value, datetime):
+            return value
+        try:
+            return self._seen[value]
+        except KeyError:
+            parsed = self._seen[value] = _dt(value)
+            return parsed

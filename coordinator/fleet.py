@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from coordinator.acks import _WAIT_FIELDS, _dt, _fast_ack, _View
+from coordinator.acks import _WAIT_FIELDS, _fast_ack, _Times, _View
 from coordinator.models import (
     WHY_IN_FLIGHT,
     WHY_RESUME_PENDING,
@@ -483,8 +483,9 @@ class Fleet:
                 await _bounded_close(own)
         elapsed = time.monotonic() - t0
         changed = state.changed_at or state.since if state is not None else None
+        times = _Times(changed)
         results = [
-            self._result(views[r], version, pause, r not in pending, changed)
+            self._result(views[r], version, pause, r not in pending, times)
             for r in sorted(required)
         ]
         report = WaitReport(
@@ -563,7 +564,7 @@ class Fleet:
 
     @staticmethod
     def _result(
-        view: _View, version: int, pause: bool, reached: bool, changed: datetime | None
+        view: _View, version: int, pause: bool, reached: bool, times: _Times
     ) -> ReplicaResult:
         why: str | None = None
         if not reached:
@@ -576,23 +577,17 @@ class Fleet:
                 why = WHY_IN_FLIGHT
             else:
                 why = WHY_RESUME_PENDING
-
-        def after(t: datetime | None) -> float | None:
-            if t is None or changed is None:
-                return None
-            return round(max(0.0, (t - changed).total_seconds()), 6)
-
         applied = view.applied_version >= version
-        applied_at = _dt(view.applied_at) if applied else None
-        quiet_at = _dt(view.quiet_at) if pause and view.quiet else None
+        applied_at = times(view.applied_at) if applied else None
+        quiet_at = times(view.quiet_at) if pause and view.quiet else None
         return ReplicaResult(
             id=view.id,
             reached=reached,
             applied_version=view.applied_version,
             acked_at=applied_at,
             quiet_at=quiet_at,
-            applied_after_s=after(applied_at),
-            quiet_after_s=after(quiet_at),
+            applied_after_s=times.after(applied_at),
+            quiet_after_s=times.after(quiet_at),
             in_flight=view.in_flight,
             why=why,
         )

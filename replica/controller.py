@@ -264,6 +264,8 @@ class FleetController:
         self._sub: Subscription | None = None
         self._sub_activity = 0.0
         self._ping_sent: float | None = None
+        self._listen_backoff = Backoff(cap=self.reconnect_cap)
+        self._refused_backoff = Backoff(base=5.0, cap=max(60.0, self.reconnect_cap))
         self._wake = asyncio.Event()
         self._poll_now = True
         self._record_dirty = True
@@ -644,46 +646,49 @@ class FleetController:
         self._pushes += 1
         self._consider(state, "push")
 
+    def _on_reply(self, reply: Any) -> None:
+        """A reply on the control channel, straight from the transport (push mode: no task
+        switch per message). What it raises ends the subscription (the listen loop
+        reconnects)."""
+        self._sub_activity = time.monotonic()
+        self._ping_sent = None
+        if isinstance(reply, ResponseError):
+            raise reply
+        if not isinstance(reply, list) or not reply:
+            return
+        kind = reply[0]
+        if kind == b"message":
+            self._on_message(reply[2])
+        elif kind == b"subscribe":
+            # (re)subscribed: what was published meanwhile is lost, so read the hash again
+            self._listen_backoff.reset()
+            self._refused_backoff.reset()
+            self._subscribed = True
+            self._sub_gen += 1
+            if self._sub_gen > 1:
+                self._reconnects += 1
+                log.info("fleet %s replica %s: control channel resubscribed (%d reconnects): "
+                         "re-reading the state", self._fleet, self._replica_id,
+                         self._reconnects)
+            self._poll_now = True
+            self._wake.set()
+
     async def _listen_loop(self) -> None:
         """Subscribe to the control channel on a connection of its own (``Subscription``) and
         apply what comes; on any failure, reconnect with jittered backoff and resubscribe."""
-        backoff = Backoff(cap=self.reconnect_cap)
-        refused = Backoff(base=5.0, cap=max(60.0, self.reconnect_cap))
+        backoff = self._listen_backoff
+        refused = self._refused_backoff
         sub = Subscription(self._redis, self._keys.control)
         while True:
             delay: float | None = None
             try:
-                await sub.open()
+                await sub.open(self._on_reply)
                 self._sub = sub
                 self._sub_activity = time.monotonic()
                 self._ping_sent = None
-                while True:
-                    # no timer per message: the sync loop pings an idle subscription and
-                    # aborts one that does not answer (_check_subscription)
-                    reply = await sub.read(None)
-                    self._sub_activity = time.monotonic()
-                    self._ping_sent = None
-                    if isinstance(reply, ResponseError):
-                        raise reply
-                    if not isinstance(reply, list) or not reply:
-                        continue
-                    kind = reply[0]
-                    if kind == b"message":
-                        self._on_message(reply[2])
-                    elif kind == b"subscribe":
-                        # (re)subscribed: what was published meanwhile is lost, so read the
-                        # hash again
-                        backoff.reset()
-                        refused.reset()
-                        self._subscribed = True
-                        self._sub_gen += 1
-                        if self._sub_gen > 1:
-                            self._reconnects += 1
-                            log.info("fleet %s replica %s: control channel resubscribed "
-                                     "(%d reconnects): re-reading the state", self._fleet,
-                                     self._replica_id, self._reconnects)
-                        self._poll_now = True
-                        self._wake.set()
+                # no timer per message: the sync loop pings an idle subscription and aborts
+                # one that does not answer (_check_subscription)
+                await sub.closed()
             except asyncio.CancelledError:
                 raise
             except NET_ERRORS as exc:

@@ -1,13 +1,22 @@
-"""Subscription: one pub/sub connection of the controller's own, read with hiredis.
+"""Subscription: one pub/sub connection of its own, read with hiredis.
 
 Reading the channel through a reader of its own (rather than redis-py's PubSub object) keeps a
-push's cost low enough for a fleet-wide change to reach a thousand replicas in milliseconds;
+push's cost low enough for a fleet-wide change to reach a thousand replicas in milliseconds.
+Two ways to read:
+
+* pull: ``await read(timeout)`` returns the next reply (the coordinator reads a burst of
+  acknowledgements this way, many per socket read);
+* push: ``open(on_reply)`` hands every reply to ``on_reply`` straight from the transport's
+  data callback, with no task switch per message (the controller, where every replica of a
+  fleet gets the same message at once), and ``await closed()`` returns when it ends.
+
 ``send()`` writes a command on the same connection (a PING while idle).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import hiredis
@@ -17,18 +26,60 @@ from redis.exceptions import InvalidResponse, ResponseError
 
 from replica.redisio import bounded, pack, uncancelled
 
+OnReply = Callable[[Any], None]
+"""Called with each reply in push mode; what it raises ends the subscription with that error."""
+
+
+class _Push(asyncio.Protocol):
+    """The transport's protocol in push mode: parse what arrives, hand each reply on."""
+
+    def __init__(self, parser: Any, on_reply: OnReply, ended: asyncio.Future[None]) -> None:
+        self._parser = parser
+        self._on_reply = on_reply
+        self._ended = ended
+        self.transport: Any = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # not called on a swap: set by Subscription.open
+
+    def data_received(self, data: bytes) -> None:
+        parser = self._parser
+        try:
+            parser.feed(data)
+            reply = parser.gets()
+            while reply is not False:
+                self._on_reply(reply)
+                reply = parser.gets()
+        except Exception as exc:  # a refused SUBSCRIBE, a protocol error: end it
+            self._end(exc)
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes itself: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._ended.done():
+            self._ended.set_exception(
+                RedisConnectionError(f"Connection closed: {exc!r}" if exc else
+                                     "Connection closed by server.")
+            )
+
+    def _end(self, exc: BaseException) -> None:
+        if not self._ended.done():
+            self._ended.set_exception(exc)
+        if self.transport is not None:
+            self.transport.abort()
+
 
 class Subscription:
-    """A pub/sub subscription on a connection of its own, read with a hiredis reader of its
+    """A pub/sub subscription on a connection of its own, parsed with a hiredis reader of its
     own, a whole socket read at a time.
 
     The connection comes from the client's pool class and settings (so AUTH, TLS, the
     database are as configured), is subscribed to one channel and never used for anything
-    else. redis-py's PubSub costs a timeout, a retry wrapper and a logger lookup per message;
-    here a burst of messages (1000 acknowledgements, say) is parsed from each socket read in
-    one go. Replies are bytes whatever the client decodes. ``read()`` raises
-    ``ConnectionError`` when the server closes the connection and ``ResponseError`` for an
-    error reply (a refused SUBSCRIBE).
+    else. redis-py's PubSub costs a timeout, a retry wrapper and a logger lookup per message.
+    Replies are bytes whatever the client decodes. A lost connection raises
+    ``ConnectionError`` (from ``read()`` or ``closed()``), an error reply (a refused
+    SUBSCRIBE) ``ResponseError``.
     """
 
     def __init__(self, redis: Redis, channel: str) -> None:
@@ -38,39 +89,61 @@ class Subscription:
         self._spare: Any = None
         self._reader: Any = None
         self._writer: Any = None
+        self._transport: Any = None
+        self._ended: asyncio.Future[None] | None = None
         self._parser = hiredis.Reader(protocolError=InvalidResponse, replyError=ResponseError)
 
-    async def open(self) -> None:
-        """Connect and send SUBSCRIBE (the confirmation comes through ``read()``). A reopen
-        reuses the connection object (redis-py looks its own version up, uncached, for each
-        new one: a millisecond per connection, which a reconnect wave multiplies)."""
+    async def open(self, on_reply: OnReply | None = None) -> None:
+        """Connect and send SUBSCRIBE (the confirmation is the first reply). With
+        ``on_reply``, in push mode. A reopen reuses the connection object (redis-py looks its
+        own version up, uncached, for each new one: a millisecond per connection, which a
+        reconnect wave multiplies)."""
         conn = self._spare if self._spare is not None else self._pool.make_connection()  # type: ignore[no-untyped-call]
         self._spare = conn
-        self._parser = hiredis.Reader(protocolError=InvalidResponse, replyError=ResponseError)
+        self._parser = parser = hiredis.Reader(
+            protocolError=InvalidResponse, replyError=ResponseError
+        )
         try:
             await uncancelled(conn.connect())
             reader = getattr(conn, "_reader", None)
             writer = getattr(conn, "_writer", None)
             if reader is None or writer is None:
                 raise RedisConnectionError("the connection has no stream to read")
-            writer.write(pack(("SUBSCRIBE", self.channel)))
+            transport = writer.transport
+            if on_reply is not None:
+                # From here the transport calls us, not redis-py's stream reader (which has
+                # nothing buffered: the handshake's replies were all read).
+                ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                push = _Push(parser, on_reply, ended)
+                push.transport = transport
+                transport.set_protocol(push)
+                self._ended = ended
+            transport.write(pack(("SUBSCRIBE", self.channel)))
         except BaseException:
-            await bounded(conn.disconnect(nowait=True), 1.0)
+            await self._drop(conn)
             raise
-        self._conn, self._reader, self._writer = conn, reader, writer
+        self._conn, self._reader, self._writer, self._transport = conn, reader, writer, transport
+
+    async def closed(self) -> None:
+        """Push mode: wait until the subscription ends, and raise why (``ConnectionError``
+        when the connection was lost or aborted, or what ``on_reply`` raised)."""
+        ended = self._ended
+        if ended is None:
+            raise RedisConnectionError("the subscription is not open in push mode")
+        await asyncio.shield(ended)
 
     def buffered(self) -> Any:
-        """The next reply already read, or None."""
+        """Pull mode: the next reply already read, or None."""
         reply = self._parser.gets()
         return None if reply is False else reply
 
     async def read(self, timeout: float | None) -> Any:
-        """The next reply, or None when ``timeout`` passes first."""
+        """Pull mode: the next reply, or None when ``timeout`` passes first."""
         reply = self._parser.gets()
         if reply is not False:
             return reply
-        if self._reader is None:
-            raise RedisConnectionError("the subscription is closed")
+        if self._reader is None or self._ended is not None:
+            raise RedisConnectionError("the subscription is closed or in push mode")
         while True:
             if timeout is None:
                 data = await self._reader.read(65536)  # no timer per read: it adds up
@@ -89,18 +162,32 @@ class Subscription:
 
     def send(self, *command: Any) -> None:
         """Send a command on the subscription (PING)."""
-        if self._writer is None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
             raise RedisConnectionError("the subscription is closed")
-        self._writer.write(pack(command))
+        transport.write(pack(command))
 
     def abort(self) -> None:
-        """Drop the connection now (a reader blocked in ``read()`` sees it closed)."""
-        writer = self._writer
-        if writer is not None:
-            writer.transport.abort()
+        """Drop the connection now (a reader blocked in ``read()`` or ``closed()`` sees it
+        closed)."""
+        transport = self._transport
+        if transport is not None:
+            transport.abort()
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
-        self._reader = self._writer = None
+        self._reader = self._writer = self._transport = None
+        ended, self._ended = self._ended, None
+        if ended is not None and not ended.done():
+            ended.set_exception(RedisConnectionError("the subscription was closed"))
+        if ended is not None and ended.done() and not ended.cancelled():
+            ended.exception()  # retrieved: no "never retrieved" warning
         if conn is not None:
-            await bounded(conn.disconnect(nowait=True), 1.0)
+            await self._drop(conn)
+
+    @staticmethod
+    async def _drop(conn: Any) -> None:
+        writer = getattr(conn, "_writer", None)
+        if writer is not None:
+            writer.transport.abort()  # in push mode redis-py's stream never hears of it
+        await bounded(conn.disconnect(nowait=True), 1.0)
