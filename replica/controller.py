@@ -76,6 +76,7 @@ from replica.contract import (
     Ack,
     FleetState,
     Keys,
+    clock,
     format_time,
     now_utc,
     restore_args,
@@ -164,6 +165,36 @@ def _state_json(state: FleetState) -> str:
     return state.to_json()
 
 
+def _bulk(value: bytes) -> bytes:
+    """One RESP bulk string."""
+    return b"$%d\r\n%b\r\n" % (len(value), value)
+
+
+CHANGE_FIELDS: Final = (
+    R_PAUSED, R_HOLDS, R_FLEET_HELD, R_APPLIED_VERSION, R_APPLIED_STATE, R_APPLIED_AT,
+    R_RESUME_AT, R_IN_FLIGHT, R_QUEUED, R_QUIET, R_QUIET_AT, R_CONTROL, R_HEARTBEAT_AT,
+)
+"""The record fields a change writes (``_change_wire``), in the order it writes them."""
+(_F_PAUSED, _F_HOLDS, _F_FLEET_HELD, _F_APPLIED_VERSION, _F_APPLIED_STATE, _F_APPLIED_AT,
+ _F_RESUME_AT, _F_IN_FLIGHT, _F_QUEUED, _F_QUIET, _F_QUIET_AT, _F_CONTROL,
+ _F_HEARTBEAT_AT) = (pack_arg(f) for f in CHANGE_FIELDS)
+_ONE: Final = _bulk(b"1")
+_ZERO: Final = _bulk(b"0")
+_EMPTY: Final = _bulk(b"")
+_NO_HOLDS: Final = _bulk(b"{}")
+_CONNECTED: Final = _bulk(CONTROL_CONNECTED.encode())
+_DISCONNECTED: Final = _bulk(CONTROL_DISCONNECTED.encode())
+
+
+def _wire_applied(version: int, state_json: str, applied_at: str) -> bytes:
+    """The applied version's three record fields, encoded once per apply."""
+    return b"".join((
+        _F_APPLIED_VERSION, _bulk(b"%d" % version),
+        _F_APPLIED_STATE, _bulk(state_json.encode()),
+        _F_APPLIED_AT, _bulk(applied_at.encode()),
+    ))
+
+
 class FleetController:
     """Follows the fleet ``fleet`` for the pool ``pool``, as replica ``replica_id``.
 
@@ -212,13 +243,10 @@ class FleetController:
         self._link = Link(redis)
         self._applied_json = ""
         self._applied_at_text = ""
-        change_fields = (
-            R_PAUSED, R_HOLDS, R_FLEET_HELD, R_APPLIED_VERSION, R_APPLIED_STATE, R_APPLIED_AT,
-            R_RESUME_AT, R_IN_FLIGHT, R_QUEUED, R_QUIET, R_QUIET_AT, R_CONTROL, R_HEARTBEAT_AT,
-        )
-        self._wire_fields = [pack_arg(f) for f in change_fields]
+        self._wire_applied = _wire_applied(0, "", "")
+        self._wire_quiet_at = _EMPTY
         self._wire_hset_head = (
-            SKIP + b"*%d\r\n" % (2 + 2 * len(change_fields)) + pack_arg("HSET")
+            SKIP + b"*%d\r\n" % (2 + 2 * len(CHANGE_FIELDS)) + pack_arg("HSET")
             + pack_arg(self._record_key)
         )
         self._wire_pexpire = SKIP + pack((
@@ -479,11 +507,12 @@ class FleetController:
 
     def _apply_state(self, state: FleetState, source: str) -> None:
         prev = self._applied
-        now = now_utc()
+        now, now_text = clock()
         self._applied = state
         self._applied_json = _state_json(state)
         self._applied_wall = now
-        self._applied_at_text = format_time(now)
+        self._applied_at_text = now_text
+        self._wire_applied = _wire_applied(state.version, self._applied_json, now_text)
         self._apply_seq += 1
         self._applied_count += 1
         changed = state.changed_at or state.since
@@ -531,12 +560,16 @@ class FleetController:
             self._fleet_held = True  # before the pool's events, so they see it
             self._pause_applied_mono = time.monotonic()
             self._overdue_logged = False
-            self._set_quiet_at(now if pool.in_flight == 0 else None)
+            if pool.in_flight == 0:
+                self._set_quiet_at(now, self._applied_at_text)  # the same clock reading
+            else:
+                self._set_quiet_at(None)
         pool.hold(state.reason or "paused by the fleet", FLEET_SOURCE)
 
-    def _set_quiet_at(self, when: datetime | None) -> None:
+    def _set_quiet_at(self, when: datetime | None, text: str | None = None) -> None:
         self._quiet_at = when
-        self._quiet_at_text = format_time(when)
+        self._quiet_at_text = text if text is not None else format_time(when)
+        self._wire_quiet_at = _bulk(self._quiet_at_text.encode())
 
     def _schedule_resume(self, state: FleetState, start: datetime, now: datetime) -> None:
         """Resume at ``start`` plus this replica's stagger offset (now if that is past)."""
@@ -604,7 +637,7 @@ class FleetController:
     def _on_pool_event(self, event: str) -> None:
         if event == "quiet" and self._fleet_held:
             if self._quiet_at is None or not self._applying:
-                self._set_quiet_at(now_utc())
+                self._set_quiet_at(*clock())
             self._acks.add(ACK_QUIET)
         self._record_dirty = True
         if not self._applying:
@@ -918,37 +951,32 @@ class FleetController:
 
     def _change_wire(self, acks: set[str]) -> bytes:
         """RESP for what a change writes, behind CLIENT REPLY SKIP each: HSET of the fields a
-        change touches, PEXPIRE, PUBLISH of the ack. Built by hand from pre-encoded parts;
-        the same fields ``_record(full=False)`` gives."""
+        change touches (``CHANGE_FIELDS``, the same as ``_record(full=False)`` gives),
+        PEXPIRE, PUBLISH of the ack. Built by hand from parts encoded in advance (the applied
+        version's fields at apply time), since every replica of a fleet does this at once."""
         pool = self._pool
         holds = pool.holds
         in_flight = pool.in_flight
-        now = format_time(now_utc())
+        now = clock()[1]
         resume = self._pending_resume_at
-        values = (
-            b"1" if holds else b"0",
-            (_holds_json(tuple(sorted(holds.items()))) if holds else "{}").encode(),
-            b"1" if self._fleet_held else b"0",
-            str(self.applied_version).encode(),
-            self._applied_json.encode(),
-            self._applied_at_text.encode(),
-            format_time(resume).encode(),
-            str(in_flight).encode(),
-            str(pool.queued).encode(),
-            b"1" if holds and not in_flight else b"0",
-            self._quiet_at_text.encode(),
-            (CONTROL_CONNECTED if self._subscribed else CONTROL_DISCONNECTED).encode(),
-            now.encode(),
-        )
-        parts = [self._wire_hset_head]
-        for name, value in zip(self._wire_fields, values, strict=True):
-            parts.append(name)
-            parts.append(b"$%d\r\n%b\r\n" % (len(value), value))
         ack = self._ack_json(acks, now).encode()
-        parts.append(self._wire_pexpire)
-        parts.append(self._wire_publish_head)
-        parts.append(b"$%d\r\n%b\r\n" % (len(ack), ack))
-        return b"".join(parts)
+        return b"".join((
+            self._wire_hset_head,
+            _F_PAUSED, _ONE if holds else _ZERO,
+            _F_HOLDS, _bulk(_holds_json(tuple(sorted(holds.items()))).encode()) if holds
+            else _NO_HOLDS,
+            _F_FLEET_HELD, _ONE if self._fleet_held else _ZERO,
+            self._wire_applied,
+            _F_RESUME_AT, _bulk(format_time(resume).encode()) if resume is not None else _EMPTY,
+            _F_IN_FLIGHT, _bulk(b"%d" % in_flight),
+            _F_QUEUED, _bulk(b"%d" % pool.queued),
+            _F_QUIET, _ONE if holds and not in_flight else _ZERO,
+            _F_QUIET_AT, self._wire_quiet_at,
+            _F_CONTROL, _CONNECTED if self._subscribed else _DISCONNECTED,
+            _F_HEARTBEAT_AT, _bulk(now.encode()),
+            self._wire_pexpire,
+            self._wire_publish_head, _bulk(ack),
+        ))
 
     def _record_commands(self, full: bool = True) -> list[tuple[Any, ...]]:
         record = self._record(full)

@@ -18,6 +18,7 @@ from replica.contract import (
     Ack,
     FleetState,
     Keys,
+    clock,
     format_time,
     parse_time,
     restore_args,
@@ -88,6 +89,21 @@ def test_times_are_iso_8601_utc_with_milliseconds() -> None:
     assert parse_time("") is None
     with pytest.raises(ContractError):
         parse_time("yesterday")
+
+
+def test_the_clock_gives_the_time_and_its_text_within_the_same_millisecond() -> None:
+    before = datetime.now(UTC)
+    texts = set()
+    for _ in range(2000):
+        now, now_text = clock()
+        stamped = parse_time(now_text)
+        assert stamped is not None
+        # the text is the time cut to the millisecond (rounding to the microsecond may
+        # carry the time into the next one)
+        assert timedelta(0) <= now - stamped <= timedelta(milliseconds=1, microseconds=1)
+        texts.add(now_text)
+    assert before - timedelta(milliseconds=1) <= stamped <= datetime.now(UTC)
+    assert len(texts) < 2000  # remembered within a millisecond
 
 
 def test_state_round_trips_through_hash_and_json() -> None:
