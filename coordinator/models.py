@@ -185,9 +185,12 @@ class ReplicaInfo:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReplicaResult:
-    """How far one replica got in a ``Fleet.wait``."""
+    """How far one replica got in a ``Fleet.wait``.
+
+    Not frozen, unlike the other models: ``wait`` builds one per replica after the last
+    acknowledgement, and a frozen dataclass's constructor doubles that cost."""
 
     id: str
     reached: bool
