@@ -33,6 +33,7 @@ import asyncio
 import functools
 import json
 import logging
+import random
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -734,6 +735,12 @@ class FleetController:
                     delay = refused.next()
                 log.debug("fleet %s replica %s: control channel lost: %r",
                           self._fleet, self._replica_id, exc)
+            except Exception:
+                # a fault of ours in handling a message: never leave the replica deaf to the
+                # fleet (the poll still applies the hash); resubscribe after a backoff
+                self._set_connected(False)
+                log.exception("fleet %s replica %s: failed handling the control channel: "
+                              "resubscribing", self._fleet, self._replica_id)
             finally:
                 self._subscribed = False
                 self._sub = None
@@ -810,6 +817,10 @@ class FleetController:
         next_heartbeat = time.monotonic()
         retry_at = 0.0
         link_generation = 0
+        # The first period after start is cut short by a random part, so replicas started
+        # together (a rollout, a node coming back) do not poll and heartbeat in step for good.
+        # Only ever shorter: a poll still comes at least every poll_interval.
+        poll_phase = beat_phase = random.uniform(0.5, 1.0)
         while True:
             # at least a millisecond: a deadline already past must never spin the loop
             delay = max(0.001, self._next_wakeup(next_poll, next_heartbeat))
@@ -862,9 +873,11 @@ class FleetController:
             if poll:
                 # from when the poll was sent, not when it came back: the period stays
                 # poll_interval however slow the round trip
-                next_poll = sent + self.poll_interval
+                next_poll = sent + self.poll_interval * poll_phase
+                poll_phase = 1.0
             if heartbeat:
-                next_heartbeat = now + self.heartbeat_interval
+                next_heartbeat = now + self.heartbeat_interval * beat_phase
+                beat_phase = 1.0
 
     async def _round_trip(self, poll: bool, heartbeat: bool, peers: bool) -> None:
         """One write to Redis: read the state hash (poll), read the peer list (stagger), write

@@ -125,6 +125,33 @@ async def test_the_record_carries_extra_fields_and_the_pool_counters(
         await replica.stop()
 
 
+async def test_a_fault_in_handling_a_message_resubscribes_instead_of_going_deaf(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    async with Replicas(redis_url, fleet_name, 1) as replicas:
+        (controller,) = replicas.controllers
+        handle = controller._on_message
+        seen: list[Any] = []
+
+        def faulty(data: Any) -> None:
+            seen.append(data)
+            if len(seen) == 1:
+                raise RuntimeError("a bug of ours")
+            handle(data)
+
+        controller._on_message = faulty  # type: ignore[method-assign]
+        fleet = Fleet(redis, fleet_name)
+        state = await fleet.pause("first", by="t")  # its push fails; the resubscribe re-reads
+        assert (await fleet.wait(state.version, timeout=10)).ok
+        await until(lambda: controller.stats().reconnects >= 1 and controller.connected)
+        pushes = controller.stats().pushes
+        state = await fleet.resume(by="t")  # and pushes work again
+        assert (await fleet.wait(state.version, timeout=10)).ok
+        assert replicas.pools[0].holds == {}
+        await until(lambda: controller.stats().pushes == pushes + 1)
+        assert len(seen) == 2
+
+
 async def test_a_change_writes_the_same_record_fields_a_heartbeat_would(
     redis_url: str, redis: aioredis.Redis, fleet_name: str
 ) -> None:
