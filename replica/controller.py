@@ -840,7 +840,9 @@ class FleetController:
             poll = self._poll_now or now >= next_poll
             # after a reconnect, rewrite the record: a write without replies on the old
             # connection (a change's record and ack) may have been lost with it
+            # A heartbeat due before the next poll goes with this one: one round trip.
             heartbeat = (self._record_dirty or now >= next_heartbeat
+                         or (poll and next_heartbeat - now < self.poll_interval)
                          or self._link.generation != link_generation)
             peers = self._pending_stagger is not None
             restore = self._restore_due

@@ -125,6 +125,33 @@ async def test_the_record_carries_extra_fields_and_the_pool_counters(
         await replica.stop()
 
 
+async def test_a_heartbeat_rides_on_a_poll_rather_than_a_round_trip_of_its_own(
+    redis_url: str, fleet_name: str
+) -> None:
+    replica = Replica(redis_url, fleet_name, "pod-hb", poll_interval=0.05,
+                      heartbeat_interval=0.2)
+    await replica.start()
+    try:
+        link = replica.controller._link
+        call = link.call
+        trips: list[list[str]] = []
+
+        async def spy(commands: list[tuple[Any, ...]], quiet: Any = ()) -> list[Any]:
+            trips.append([str(c[0]) for c in [*commands, *quiet]])
+            return await call(commands, quiet)
+
+        link.call = spy  # type: ignore[method-assign]
+
+        def beats() -> list[list[str]]:  # record writes without an ack (not a change's)
+            return [t for t in trips if "HSET" in t and "PUBLISH" not in t]
+
+        await until(lambda: len(beats()) >= 4, what="four heartbeats")
+        assert all("HGETALL" in t for t in beats()), trips
+        assert sum("HGETALL" in t for t in trips) > len(beats())
+    finally:
+        await replica.stop()
+
+
 async def test_a_fault_in_handling_a_message_resubscribes_instead_of_going_deaf(
     redis_url: str, redis: aioredis.Redis, fleet_name: str
 ) -> None:
