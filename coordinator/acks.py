@@ -118,7 +118,7 @@ _CANONICAL_ACK: Final = re.compile(
     rb'"in_flight":(0|[1-9][0-9]{0,17}),"at":"([0-9T:.Z+-]{1,40})",'
     rb'"resume_at":(?:null|"([0-9T:.Z+-]{1,40})")\}'
 )
-"""An acknowledgement exactly as replicas write it (``FleetController._ack_json``, the same
+"""An acknowledgement exactly as replicas write it (``ReplicaRecord.ack_json``, the same
 text as ``Ack.to_json()``): read without a JSON parser. Anything else goes through one."""
 
 

@@ -37,11 +37,11 @@ from types import TracebackType
 from typing import Any, Final, Literal, Protocol, TypeVar, runtime_checkable
 
 from replica.errors import BreakerOpen
+from replica.holds import BREAKER_SOURCE
 from replica.pool import PausablePool
 
 log = logging.getLogger(__name__)
 
-BREAKER_SOURCE: Final = "breaker"
 BreakerState = Literal["closed", "open", "half-open"]
 CLOSED: Final = "closed"
 OPEN: Final = "open"

@@ -3,9 +3,11 @@
 One controller per replica. It holds two things open: a pub/sub subscription to
 ``fleetgate:{NAME}:control`` (pushes apply at once) and a loop that reads the state hash every
 ``poll_interval`` (the certainty: whatever came over the channel, the hash is applied). The
-same loop writes the replica record: on every change at once, otherwise every
-``heartbeat_interval`` in the poll's round trip, so a steady-state replica costs Redis about
-``1/poll_interval + 3/heartbeat_interval`` commands a second.
+same loop writes the replica record (``replica.record``): on every change at once, straight
+onto the connection when it can, otherwise every ``heartbeat_interval`` in the poll's round
+trip, so a steady-state replica costs Redis about ``1/poll_interval + 3/heartbeat_interval``
+commands a second. Pushes are handled in the subscription's transport callback
+(``replica.subscription``), with no task switch per message.
 
 Rules, in the order they matter:
 
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import random
 import socket
@@ -49,32 +50,8 @@ from replica.contract import (
     ACK_APPLIED,
     ACK_QUIET,
     ACK_RESUMED,
-    CONTROL_CONNECTED,
-    CONTROL_DISCONNECTED,
-    R_APPLIED_AT,
-    R_APPLIED_STATE,
-    R_APPLIED_VERSION,
-    R_CONTROL,
-    R_FAILED,
-    R_FLEET_HELD,
-    R_HEARTBEAT_AT,
-    R_HEARTBEAT_INTERVAL,
-    R_HOLDS,
-    R_HOST,
-    R_IN_FLIGHT,
-    R_PAUSED,
-    R_POLL_INTERVAL,
-    R_PROCESSED,
-    R_QUEUED,
-    R_QUIET,
-    R_QUIET_AT,
-    R_RESUME_AT,
-    R_STARTED_AT,
-    RECORD_FIELDS,
-    RECORD_TTL_HEARTBEATS,
     RESTORE_STATE_LUA,
     STALE_HEARTBEATS,
-    Ack,
     FleetState,
     Keys,
     clock,
@@ -87,26 +64,21 @@ from replica.contract import (
     validate_replica_id,
 )
 from replica.errors import ConfigError, InvalidMessage
+from replica.holds import CONTROL_PLANE_SOURCE, FLEET_SOURCE
 from replica.pool import PausablePool
+from replica.record import ReplicaRecord
 from replica.redisio import (
     NET_ERRORS,
-    SKIP,
     Backoff,
     Link,
     as_mapping,
     cancel_bounded,
-    pack,
-    pack_arg,
     uncancelled,
 )
 from replica.subscription import Subscription
 
 log = logging.getLogger(__name__)
 
-FLEET_SOURCE: Final = "fleet"
-"""The pool hold source of the fleet's pause."""
-CONTROL_PLANE_SOURCE: Final = "control-plane"
-"""The pool hold source used until the first successful read of the state."""
 SYNCING_REASON: Final = "syncing"
 
 StateListener = Callable[[FleetState, "float | None"], Any]
@@ -156,44 +128,9 @@ def _parse_push(data: str | bytes, fleet: str) -> FleetState:
     return FleetState.from_json(data, fleet)
 
 
-@functools.lru_cache(maxsize=64)
-def _holds_json(holds: tuple[tuple[str, str], ...]) -> str:
-    return json.dumps(dict(holds), sort_keys=True)
-
-
 @functools.lru_cache(maxsize=16)
 def _state_json(state: FleetState) -> str:
     return state.to_json()
-
-
-def _bulk(value: bytes) -> bytes:
-    """One RESP bulk string."""
-    return b"$%d\r\n%b\r\n" % (len(value), value)
-
-
-CHANGE_FIELDS: Final = (
-    R_PAUSED, R_HOLDS, R_FLEET_HELD, R_APPLIED_VERSION, R_APPLIED_STATE, R_APPLIED_AT,
-    R_RESUME_AT, R_IN_FLIGHT, R_QUEUED, R_QUIET, R_QUIET_AT, R_CONTROL, R_HEARTBEAT_AT,
-)
-"""The record fields a change writes (``_change_wire``), in the order it writes them."""
-(_F_PAUSED, _F_HOLDS, _F_FLEET_HELD, _F_APPLIED_VERSION, _F_APPLIED_STATE, _F_APPLIED_AT,
- _F_RESUME_AT, _F_IN_FLIGHT, _F_QUEUED, _F_QUIET, _F_QUIET_AT, _F_CONTROL,
- _F_HEARTBEAT_AT) = (pack_arg(f) for f in CHANGE_FIELDS)
-_ONE: Final = _bulk(b"1")
-_ZERO: Final = _bulk(b"0")
-_EMPTY: Final = _bulk(b"")
-_NO_HOLDS: Final = _bulk(b"{}")
-_CONNECTED: Final = _bulk(CONTROL_CONNECTED.encode())
-_DISCONNECTED: Final = _bulk(CONTROL_DISCONNECTED.encode())
-
-
-def _wire_applied(version: int, state_json: str, applied_at: str) -> bytes:
-    """The applied version's three record fields, encoded once per apply."""
-    return b"".join((
-        _F_APPLIED_VERSION, _bulk(b"%d" % version),
-        _F_APPLIED_STATE, _bulk(state_json.encode()),
-        _F_APPLIED_AT, _bulk(applied_at.encode()),
-    ))
 
 
 class FleetController:
@@ -230,11 +167,9 @@ class FleetController:
         self._fleet = validate_fleet(fleet)
         self._replica_id = validate_replica_id(replica_id)
         self._keys = Keys(fleet)
-        self._record_key = self._keys.replica(replica_id)
         self.poll_interval = float(poll_interval)
         self.heartbeat_interval = float(heartbeat_interval)
         self.host = host if host is not None else socket.gethostname()
-        self._extra_fields = extra_fields
         self.pause_timeout = pause_timeout
         self.io_timeout = io_timeout if io_timeout is not None else max(2.0, 2 * poll_interval)
         self.start_timeout = start_timeout
@@ -242,28 +177,11 @@ class FleetController:
         self.reconnect_cap = reconnect_cap
         self._restore_script = redis.register_script(RESTORE_STATE_LUA)
         self._link = Link(redis)
-        self._applied_json = ""
-        self._applied_at_text = ""
-        self._wire_applied = _wire_applied(0, "", "")
-        self._wire_quiet_at = _EMPTY
-        self._wire_hset_head = (
-            SKIP + b"*%d\r\n" % (2 + 2 * len(CHANGE_FIELDS)) + pack_arg("HSET")
-            + pack_arg(self._record_key)
+        self._record = ReplicaRecord(
+            pool, self, self._keys, self._replica_id, heartbeat_interval=self.heartbeat_interval,
+            poll_interval=self.poll_interval, host=self.host, extra_fields=extra_fields,
         )
-        self._wire_pexpire = SKIP + pack((
-            "PEXPIRE", self._record_key,
-            int(self.heartbeat_interval * RECORD_TTL_HEARTBEATS * 1000),
-        ))
-        self._wire_publish_head = SKIP + b"*3\r\n" + pack_arg("PUBLISH") + pack_arg(
-            self._keys.acks)
         self._applying = False
-        self._started_at = now_utc()
-        self._static_fields = {
-            R_HEARTBEAT_INTERVAL: f"{self.heartbeat_interval:g}",
-            R_POLL_INTERVAL: f"{self.poll_interval:g}",
-            R_HOST: self.host,
-            R_STARTED_AT: format_time(self._started_at),
-        }
         self._listeners: list[StateListener] = []
 
         # applied state
@@ -274,7 +192,6 @@ class FleetController:
         self._pending_resume_at: datetime | None = None
         self._pending_stagger: FleetState | None = None  # waiting for the peer list
         self._quiet_at: datetime | None = None
-        self._quiet_at_text = ""
         self._pause_applied_mono: float | None = None
         self._overdue_logged = False
 
@@ -357,6 +274,17 @@ class FleetController:
     def resume_at(self) -> datetime | None:
         """When a pending staggered or automatic resume is due, or None."""
         return self._pending_resume_at
+
+    @property
+    def fleet_held(self) -> bool:
+        """The pool is held by the fleet's pause (source ``fleet``)."""
+        return self._fleet_held
+
+    @property
+    def subscribed(self) -> bool:
+        """Subscribed to the control channel right now (``connected`` also needs Redis to
+        have answered the last round trip)."""
+        return self._subscribed
 
     def add_listener(self, listener: StateListener) -> None:
         """Call ``listener(state, propagation_s)`` with every state applied. It runs
@@ -460,9 +388,7 @@ class FleetController:
     async def _remove_record(self) -> None:
         try:
             async with asyncio.timeout(2.0):
-                await uncancelled(self._link.call([
-                    ("DEL", self._record_key), ("ZREM", self._keys.replicas, self._replica_id),
-                ]))
+                await uncancelled(self._link.call(self._record.remove_commands()))
         except NET_ERRORS as exc:
             log.info("fleet %s replica %s: could not remove the record on stop: %r",
                      self._fleet, self._replica_id, exc)
@@ -510,10 +436,8 @@ class FleetController:
         prev = self._applied
         now, now_text = clock()
         self._applied = state
-        self._applied_json = _state_json(state)
         self._applied_wall = now
-        self._applied_at_text = now_text
-        self._wire_applied = _wire_applied(state.version, self._applied_json, now_text)
+        self._record.set_applied(state.version, _state_json(state), now_text)
         self._apply_seq += 1
         self._applied_count += 1
         changed = state.changed_at or state.since
@@ -562,15 +486,14 @@ class FleetController:
             self._pause_applied_mono = time.monotonic()
             self._overdue_logged = False
             if pool.in_flight == 0:
-                self._set_quiet_at(now, self._applied_at_text)  # the same clock reading
+                self._set_quiet_at(now, format_time(now))
             else:
                 self._set_quiet_at(None)
         pool.hold(state.reason or "paused by the fleet", FLEET_SOURCE)
 
     def _set_quiet_at(self, when: datetime | None, text: str | None = None) -> None:
         self._quiet_at = when
-        self._quiet_at_text = text if text is not None else format_time(when)
-        self._wire_quiet_at = _bulk(self._quiet_at_text.encode())
+        self._record.set_quiet_at(text if text is not None else format_time(when))
 
     def _schedule_resume(self, state: FleetState, start: datetime, now: datetime) -> None:
         """Resume at ``start`` plus this replica's stagger offset (now if that is past)."""
@@ -650,7 +573,7 @@ class FleetController:
         sync loop."""
         if self._acks and self._started and not self._stopped:
             try:
-                sent = self._link.write_raw(self._change_wire(self._acks))
+                sent = self._link.write_raw(self._record.change_wire(self._acks))
             except Exception as exc:  # a transport that broke: the sync loop reconnects
                 log.debug("fleet %s: direct write failed: %r", self._fleet, exc)
                 sent = False
@@ -906,10 +829,10 @@ class FleetController:
         if heartbeat or acks:
             self._record_dirty = False
             record_written = True
-            writes = self._record_commands(full=not acks)
+            writes = self._record.commands(full=not acks)
             if acks:
                 quiet += writes
-                quiet.append(("PUBLISH", keys.acks, self._ack_json(acks, format_time(now_utc()))))
+                quiet.append(("PUBLISH", keys.acks, self._record.ack_json(acks, clock()[1])))
             else:
                 commands += writes
         try:
@@ -963,47 +886,6 @@ class FleetController:
         if poll_error is not None:
             raise poll_error
         self._link_ok = True
-
-    def _change_wire(self, acks: set[str]) -> bytes:
-        """RESP for what a change writes, behind CLIENT REPLY SKIP each: HSET of the fields a
-        change touches (``CHANGE_FIELDS``, the same as ``_record(full=False)`` gives),
-        PEXPIRE, PUBLISH of the ack. Built by hand from parts encoded in advance (the applied
-        version's fields at apply time), since every replica of a fleet does this at once."""
-        pool = self._pool
-        holds = pool.holds
-        in_flight = pool.in_flight
-        now = clock()[1]
-        resume = self._pending_resume_at
-        ack = self._ack_json(acks, now).encode()
-        return b"".join((
-            self._wire_hset_head,
-            _F_PAUSED, _ONE if holds else _ZERO,
-            _F_HOLDS, _bulk(_holds_json(tuple(sorted(holds.items()))).encode()) if holds
-            else _NO_HOLDS,
-            _F_FLEET_HELD, _ONE if self._fleet_held else _ZERO,
-            self._wire_applied,
-            _F_RESUME_AT, _bulk(format_time(resume).encode()) if resume is not None else _EMPTY,
-            _F_IN_FLIGHT, _bulk(b"%d" % in_flight),
-            _F_QUEUED, _bulk(b"%d" % pool.queued),
-            _F_QUIET, _ONE if holds and not in_flight else _ZERO,
-            _F_QUIET_AT, self._wire_quiet_at,
-            _F_CONTROL, _CONNECTED if self._subscribed else _DISCONNECTED,
-            _F_HEARTBEAT_AT, _bulk(now.encode()),
-            self._wire_pexpire,
-            self._wire_publish_head, _bulk(ack),
-        ))
-
-    def _record_commands(self, full: bool = True) -> list[tuple[Any, ...]]:
-        record = self._record(full)
-        flat: list[str] = []
-        for k, v in record.items():
-            flat += (k, v)
-        return [
-            ("HSET", self._record_key, *flat),
-            ("PEXPIRE", self._record_key,
-             int(self.heartbeat_interval * RECORD_TTL_HEARTBEATS * 1000)),
-            ("ZADD", self._keys.replicas, int(time.time() * 1000), self._replica_id),
-        ]
 
     def _on_poll(self, raw: Mapping[Any, Any], poll_seq: int) -> None:
         if not raw:
@@ -1066,73 +948,4 @@ class FleetController:
                         "(%d restores)", self._fleet, self._replica_id, state.version,
                         "paused" if state.paused else "running", self._restores)
 
-    # ------------------------------------------------------------------ record and acks
 
-    def _record(self, full: bool = True) -> dict[str, str]:
-        """The record's fields: all of them (a heartbeat), or only those a change touches
-        (with an acknowledgement, where every replica of the fleet writes at once)."""
-        pool = self._pool
-        holds = pool.holds
-        applied = self._applied
-        fields: dict[str, str] = {}
-        if full and self._extra_fields is not None:
-            try:
-                for k, v in self._extra_fields().items():
-                    if k not in RECORD_FIELDS:
-                        fields[str(k)] = str(v)
-            except Exception:
-                log.exception("fleet %s: extra_fields failed", self._fleet)
-        fields[R_PAUSED] = "1" if holds else "0"
-        fields[R_HOLDS] = _holds_json(tuple(sorted(holds.items()))) if holds else "{}"
-        fields[R_FLEET_HELD] = "1" if FLEET_SOURCE in holds else "0"
-        fields[R_APPLIED_VERSION] = str(applied.version if applied is not None else 0)
-        fields[R_APPLIED_STATE] = self._applied_json
-        fields[R_APPLIED_AT] = self._applied_at_text
-        fields[R_RESUME_AT] = format_time(self._pending_resume_at)
-        fields[R_IN_FLIGHT] = str(pool.in_flight)
-        fields[R_QUEUED] = str(pool.queued)
-        fields[R_QUIET] = "1" if holds and not pool.in_flight else "0"
-        fields[R_QUIET_AT] = self._quiet_at_text
-        fields[R_CONTROL] = CONTROL_CONNECTED if self._subscribed else CONTROL_DISCONNECTED
-        fields[R_HEARTBEAT_AT] = format_time(now_utc())
-        if full:
-            stats = pool.stats()
-            fields.update(self._static_fields)
-            fields[R_PROCESSED] = str(stats.processed)
-            fields[R_FAILED] = str(stats.failed)
-        return fields
-
-    def _ack_json(self, events: set[str], now: str) -> str:
-        """The ack's JSON, formatted by hand (ids are validated, the rest are numbers, booleans
-        and canonical times): the same text ``Ack.to_json()`` gives, at a fraction of the
-        cost, since every replica sends one at once."""
-        event = ACK_APPLIED if ACK_APPLIED in events else (
-            ACK_RESUMED if ACK_RESUMED in events else ACK_QUIET)
-        pool = self._pool
-        held = "true" if self._fleet_held else "false"
-        quiet = "true" if pool.quiet else "false"
-        resume = self._pending_resume_at
-        resume_at = f'"{format_time(resume)}"' if resume is not None else "null"
-        return (
-            f'{{"replica":"{self._replica_id}","version":{self.applied_version},'
-            f'"event":"{event}","fleet_held":{held},"quiet":{quiet},'
-            f'"in_flight":{pool.in_flight},"at":"{now}","resume_at":{resume_at}}}'
-        )
-
-    def _ack(self, events: set[str]) -> Ack:
-        if ACK_APPLIED in events:
-            event = ACK_APPLIED
-        elif ACK_RESUMED in events:
-            event = ACK_RESUMED
-        else:
-            event = ACK_QUIET
-        return Ack(
-            replica=self._replica_id,
-            version=self.applied_version,
-            event=event,
-            fleet_held=self._fleet_held,
-            quiet=self._pool.quiet,
-            in_flight=self._pool.in_flight,
-            at=now_utc(),
-            resume_at=self._pending_resume_at,
-        )

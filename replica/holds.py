@@ -11,6 +11,16 @@ import asyncio
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Final
+
+OPERATOR_SOURCE: Final = "operator"
+"""The hold an operator puts on one replica (its admin endpoint)."""
+FLEET_SOURCE: Final = "fleet"
+"""The fleet's pause (``FleetController``)."""
+CONTROL_PLANE_SOURCE: Final = "control-plane"
+"""Held until the controller's first successful read of the fleet's state ("syncing")."""
+BREAKER_SOURCE: Final = "breaker"
+"""A dependency's circuit breaker is open (``follow_breaker``)."""
 
 
 class Holds:

@@ -35,14 +35,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from replica.holds import FLEET_SOURCE, OPERATOR_SOURCE
 from replica.metrics import CONTENT_TYPE, ControlView, ReplicaMetrics, SourceView
 from replica.pool import PausablePool
 from replica.settings import ReplicaSettings
 
 log = logging.getLogger(__name__)
 
-OPERATOR_SOURCE: Final = "operator"
-FLEET_SOURCE: Final = "fleet"
 MAX_REASON: Final = 500
 MAX_WAIT_S: Final = 3600.0
 

@@ -179,40 +179,6 @@ async def test_a_fault_in_handling_a_message_resubscribes_instead_of_going_deaf(
         assert len(seen) == 2
 
 
-async def test_a_change_writes_the_same_record_fields_a_heartbeat_would(
-    redis_url: str, redis: aioredis.Redis, fleet_name: str
-) -> None:
-    """The fast path (_change_wire, RESP built by hand) and _record(full=False) must agree."""
-    import hiredis
-
-    async with Replicas(redis_url, fleet_name, 1, heartbeat_interval=30.0) as replicas:
-        (controller,) = replicas.controllers
-        fleet = Fleet(redis, fleet_name)
-        for step in ("pause", "resume"):
-            if step == "pause":
-                state = await fleet.pause("compare", by="t")
-            else:
-                state = await fleet.resume(by="t")
-            assert (await fleet.wait(state.version, timeout=10)).ok
-            reader = hiredis.Reader(encoding="utf-8")
-            reader.feed(controller._change_wire({"applied"}))
-            commands = []
-            while (command := reader.gets()) is not False:
-                commands.append(command)
-            hset = next(c for c in commands if c[0] == "HSET")
-            assert hset[1] == Keys(fleet_name).replica("pod-0")
-            written = dict(zip(hset[2::2], hset[3::2], strict=True))
-            expected = controller._record(full=False)
-            assert set(written) == set(expected)
-            written.pop("heartbeat_at"), expected.pop("heartbeat_at")
-            assert written == expected
-            assert written["applied_version"] == str(state.version)
-            publish = next(c for c in commands if c[0] == "PUBLISH")
-            assert json.loads(publish[2])["version"] == state.version
-            record = await redis.hgetall(Keys(fleet_name).replica("pod-0"))
-            assert {k: record[k] for k in expected} == expected
-
-
 async def _field_is(redis: aioredis.Redis, key: str, field: str, value: str) -> bool:
     return bool(await redis.hget(key, field) == value)
 
