@@ -44,8 +44,9 @@ from types import TracebackType
 from typing import Any, Final
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
+from replica.channel import ControlChannel
 from replica.contract import (
     ACK_APPLIED,
     ACK_QUIET,
@@ -75,7 +76,6 @@ from replica.redisio import (
     cancel_bounded,
     uncancelled,
 )
-from replica.subscription import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,6 @@ class FleetController:
         self.pause_timeout = pause_timeout
         self.io_timeout = io_timeout if io_timeout is not None else max(2.0, 2 * poll_interval)
         self.start_timeout = start_timeout
-        self.pubsub_ping_interval = pubsub_ping_interval
         self.reconnect_cap = reconnect_cap
         self._restore_script = redis.register_script(RESTORE_STATE_LUA)
         self._link = Link(redis)
@@ -196,8 +195,12 @@ class FleetController:
         self._overdue_logged = False
 
         # connection state
-        self._subscribed = False
-        self._sub_gen = 0
+        self._channel = ControlChannel(
+            redis, self._keys.control, on_message=self._on_message,
+            on_subscribed=self._on_subscribed, on_lost=self._on_channel_lost,
+            ping_interval=pubsub_ping_interval, reconnect_cap=reconnect_cap,
+            label=f"fleet {self._fleet} replica {self._replica_id}",
+        )
         self._link_ok = False
         self._connected = False
         self._ever_connected = False
@@ -207,11 +210,6 @@ class FleetController:
         """Set when start() has its answer without being ready: a poll failed, or the state
         was read but the subscription failed."""
         self._sub_failed = False
-        self._sub: Subscription | None = None
-        self._sub_activity = 0.0
-        self._ping_sent: float | None = None
-        self._listen_backoff = Backoff(cap=self.reconnect_cap)
-        self._refused_backoff = Backoff(base=5.0, cap=max(60.0, self.reconnect_cap))
         self._wake = asyncio.Event()
         self._poll_now = True
         self._record_dirty = True
@@ -226,7 +224,6 @@ class FleetController:
         self._restores = 0
         self._restore_failures = 0
         self._restore_logged = False
-        self._reconnects = 0
         self._polls = 0
         self._poll_failures = 0
         self._pushes = 0
@@ -276,6 +273,12 @@ class FleetController:
         return self._pending_resume_at
 
     @property
+    def pubsub_ping_interval(self) -> float:
+        """An idle subscription is pinged after this long, and replaced when its ping goes
+        unanswered as long."""
+        return self._channel.ping_interval
+
+    @property
     def fleet_held(self) -> bool:
         """The pool is held by the fleet's pause (source ``fleet``)."""
         return self._fleet_held
@@ -284,7 +287,7 @@ class FleetController:
     def subscribed(self) -> bool:
         """Subscribed to the control channel right now (``connected`` also needs Redis to
         have answered the last round trip)."""
-        return self._subscribed
+        return self._channel.subscribed
 
     def add_listener(self, listener: StateListener) -> None:
         """Call ``listener(state, propagation_s)`` with every state applied. It runs
@@ -305,7 +308,7 @@ class FleetController:
             invalid_messages=dict(self._invalid),
             restores=self._restores,
             restore_failures=self._restore_failures,
-            reconnects=self._reconnects,
+            reconnects=self._channel.reconnects,
             polls=self._polls,
             poll_failures=self._poll_failures,
             pushes=self._pushes,
@@ -330,7 +333,7 @@ class FleetController:
         self._pool.hold(SYNCING_REASON, CONTROL_PLANE_SOURCE)
         self._pool.add_listener(self._on_pool_event)
         self._tasks = [
-            asyncio.create_task(self._listen_loop(), name=f"fleetgate-listen-{self._replica_id}"),
+            asyncio.create_task(self._channel.run(), name=f"fleetgate-listen-{self._replica_id}"),
             asyncio.create_task(self._sync_loop(), name=f"fleetgate-sync-{self._replica_id}"),
         ]
         ready = asyncio.ensure_future(self._ready.wait())
@@ -603,94 +606,16 @@ class FleetController:
         self._pushes += 1
         self._consider(state, "push")
 
-    def _on_reply(self, reply: Any) -> None:
-        """A reply on the control channel, straight from the transport (push mode: no task
-        switch per message). What it raises ends the subscription (the listen loop
-        reconnects)."""
-        self._sub_activity = time.monotonic()
-        self._ping_sent = None
-        if isinstance(reply, ResponseError):
-            raise reply
-        if not isinstance(reply, list) or not reply:
-            return
-        kind = reply[0]
-        if kind == b"message":
-            self._on_message(reply[2])
-        elif kind == b"subscribe":
-            # (re)subscribed: what was published meanwhile is lost, so read the hash again
-            self._listen_backoff.reset()
-            self._refused_backoff.reset()
-            self._subscribed = True
-            self._sub_gen += 1
-            if self._sub_gen > 1:
-                self._reconnects += 1
-                log.info("fleet %s replica %s: control channel resubscribed (%d reconnects): "
-                         "re-reading the state", self._fleet, self._replica_id,
-                         self._reconnects)
-            self._poll_now = True
-            self._wake.set()
+    def _on_subscribed(self, again: bool) -> None:
+        # (re)subscribed: what was published meanwhile is lost, so read the hash again
+        self._poll_now = True
+        self._wake.set()
 
-    async def _listen_loop(self) -> None:
-        """Subscribe to the control channel on a connection of its own (``Subscription``) and
-        apply what comes; on any failure, reconnect with jittered backoff and resubscribe."""
-        backoff = self._listen_backoff
-        refused = self._refused_backoff
-        sub = Subscription(self._redis, self._keys.control)
-        while True:
-            delay: float | None = None
-            try:
-                await sub.open(self._on_reply)
-                self._sub = sub
-                self._sub_activity = time.monotonic()
-                self._ping_sent = None
-                # no timer per message: the sync loop pings an idle subscription and aborts
-                # one that does not answer (_check_subscription)
-                await sub.closed()
-            except asyncio.CancelledError:
-                raise
-            except NET_ERRORS as exc:
-                self._subscribed = False
-                self._set_connected(False)
-                self._sub_failed = True
-                if self._synced:  # start() has its answer: state read, not subscribed
-                    self._failed.set()
-                if isinstance(exc, ResponseError):  # refused (an ACL): no point hurrying
-                    delay = refused.next()
-                log.debug("fleet %s replica %s: control channel lost: %r",
-                          self._fleet, self._replica_id, exc)
-            except Exception:
-                # a fault of ours in handling a message: never leave the replica deaf to the
-                # fleet (the poll still applies the hash); resubscribe after a backoff
-                self._set_connected(False)
-                log.exception("fleet %s replica %s: failed handling the control channel: "
-                              "resubscribing", self._fleet, self._replica_id)
-            finally:
-                self._subscribed = False
-                self._sub = None
-                await sub.close()
-            await asyncio.sleep(delay if delay is not None else backoff.next())
-
-    def _check_subscription(self) -> None:
-        """Called by the sync loop: ping a subscription idle for ``pubsub_ping_interval``;
-        abort one whose ping went unanswered for as long (a half-open connection), so the
-        listen loop reconnects."""
-        sub = self._sub
-        if sub is None or not self._subscribed:
-            return
-        now = time.monotonic()
-        if self._ping_sent is not None:
-            if now - self._ping_sent >= self.pubsub_ping_interval:
-                log.info("fleet %s replica %s: no answer to a ping on the control channel: "
-                         "reconnecting", self._fleet, self._replica_id)
-                self._ping_sent = None
-                self._sub_activity = now
-                sub.abort()
-        elif now - self._sub_activity >= self.pubsub_ping_interval:
-            try:
-                sub.send("PING")
-                self._ping_sent = now
-            except (RedisError, OSError):
-                sub.abort()
+    def _on_channel_lost(self, exc: BaseException) -> None:
+        self._set_connected(False)
+        self._sub_failed = True
+        if self._synced:  # start() has its answer: state read, not subscribed
+            self._failed.set()
 
     # ------------------------------------------------------------------ sync loop
 
@@ -717,9 +642,9 @@ class FleetController:
             wake = min(wake, now + max(0.0, left))
         if self._pause_applied_mono is not None and not self._overdue_logged:
             wake = min(wake, self._pause_applied_mono + self.pause_timeout)
-        if self._sub is not None:
-            since = self._ping_sent if self._ping_sent is not None else self._sub_activity
-            wake = min(wake, since + self.pubsub_ping_interval)
+        check = self._channel.next_check()
+        if check is not None:
+            wake = min(wake, check)
         return max(0.0, wake - now)
 
     def _check_overdue(self) -> None:
@@ -756,7 +681,7 @@ class FleetController:
             self._wake.clear()
             self._resume_due()
             self._check_overdue()
-            self._check_subscription()
+            self._channel.check()
             now = time.monotonic()
             if not self._link_ok and now < retry_at:
                 continue  # Redis is away: try again at retry_at, not on every event
@@ -813,7 +738,8 @@ class FleetController:
         without waiting for replies (``CLIENT REPLY SKIP``): at a fleet-wide change every
         replica does it at once, and the saved reply per replica is most of the cost."""
         keys = self._keys
-        sub_gen = self._sub_gen if self._subscribed else -1
+        channel = self._channel
+        sub_gen = channel.generation if channel.subscribed else -1
         poll_seq = self._apply_seq
         commands: list[tuple[Any, ...]] = []
         quiet: list[tuple[Any, ...]] = []
@@ -860,7 +786,7 @@ class FleetController:
                 self._on_poll(as_mapping(raw), poll_seq)
                 if self._sub_failed and self._synced:
                     self._failed.set()
-                if sub_gen >= 0 and self._subscribed and sub_gen == self._sub_gen:
+                if sub_gen >= 0 and channel.subscribed and sub_gen == channel.generation:
                     self._set_connected(True)
                     self._ready.set()
         if peers:

@@ -166,7 +166,7 @@ async def test_a_fault_in_handling_a_message_resubscribes_instead_of_going_deaf(
                 raise RuntimeError("a bug of ours")
             handle(data)
 
-        controller._on_message = faulty  # type: ignore[method-assign]
+        controller._channel._on_message = faulty  # what the channel hands messages to
         fleet = Fleet(redis, fleet_name)
         state = await fleet.pause("first", by="t")  # its push fails; the resubscribe re-reads
         assert (await fleet.wait(state.version, timeout=10)).ok

@@ -1,0 +1,106 @@
+"""replica.channel: following the control channel, losing it, getting it back, pinging it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis.asyncio as aioredis
+from cpkit import until
+from redis.exceptions import ResponseError
+
+from coordinator.localredis import LocalRedis
+from replica.channel import ControlChannel
+
+
+class Follower:
+    """A channel and what it reported."""
+
+    def __init__(self, client: aioredis.Redis, channel: str, **kw: Any) -> None:
+        self.messages: list[Any] = []
+        self.subscribed: list[bool] = []
+        self.lost: list[BaseException] = []
+        self.channel = ControlChannel(
+            client, channel, on_message=self.messages.append,
+            on_subscribed=self.subscribed.append, on_lost=self.lost.append, **kw,
+        )
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[ControlChannel]:
+        task = asyncio.create_task(self.channel.run())
+        try:
+            yield self.channel
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_messages_arrive_after_the_confirmed_subscription(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    follower = Follower(redis, f"{fleet_name}:control")
+    async with follower.running() as channel:
+        await until(lambda: channel.subscribed, timeout=5)
+        assert follower.subscribed == [False] and channel.generation == 1
+        await redis.publish(f"{fleet_name}:control", "one")
+        await redis.publish(f"{fleet_name}:control", "two")
+        await until(lambda: len(follower.messages) == 2, timeout=5)
+        assert follower.messages == [b"one", b"two"] and not follower.lost
+
+
+async def test_a_killed_subscription_is_reported_and_comes_back(
+    private_redis: LocalRedis, fleet_name: str
+) -> None:
+    admin = aioredis.Redis.from_url(private_redis.url)
+    follower = Follower(admin, f"{fleet_name}:control")
+    try:
+        async with follower.running() as channel:
+            await until(lambda: channel.subscribed, timeout=5)
+            assert await admin.client_kill_filter(_type="pubsub") == 1
+            await until(lambda: channel.generation == 2 and channel.subscribed, timeout=10)
+            assert len(follower.lost) == 1 and follower.subscribed == [False, True]
+            assert channel.reconnects == 1
+            await admin.publish(f"{fleet_name}:control", "after")
+            await until(lambda: follower.messages == [b"after"], timeout=5)
+    finally:
+        await admin.aclose()
+
+
+async def test_a_refused_subscription_is_retried_slowly(
+    private_redis: LocalRedis, fleet_name: str
+) -> None:
+    admin = aioredis.Redis.from_url(private_redis.url)
+    await admin.execute_command("ACL", "SETUSER", "nosub", "on", ">pw", "~*", "resetchannels",
+                                "+@all")
+    client = aioredis.Redis.from_url(private_redis.url.replace("redis://", "redis://nosub:pw@"))
+    follower = Follower(client, f"{fleet_name}:control", reconnect_cap=0.05)
+    try:
+        async with follower.running() as channel:
+            await until(lambda: bool(follower.lost), timeout=5)
+            assert isinstance(follower.lost[0], ResponseError)
+            await asyncio.sleep(0.5)  # a refusal waits 2.5 s at least, not reconnect_cap
+            assert len(follower.lost) == 1 and not channel.subscribed
+    finally:
+        await client.aclose()
+        await admin.aclose()
+
+
+async def test_an_idle_subscription_is_pinged_and_stays(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    follower = Follower(redis, f"{fleet_name}:control", ping_interval=0.05)
+    async with follower.running() as channel:
+        await until(lambda: channel.subscribed, timeout=5)
+        first = channel.next_check()
+        assert first is not None
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:  # the caller's loop, as the controller runs it
+            channel.check()
+            await asyncio.sleep(0.01)
+        later = channel.next_check()
+        assert later is not None and later > first  # pongs came back and count as activity
+        assert channel.subscribed and channel.generation == 1 and not follower.lost
