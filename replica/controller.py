@@ -451,7 +451,7 @@ class FleetController:
         pool = self._pool
         if state.effectively_paused(now):
             self._pending_stagger = None
-            self._hold(state, now)
+            self._hold(state, now, now_text)
             if state.auto_resume_at is not None:
                 self._schedule_resume(state, state.auto_resume_at, now)
             else:
@@ -482,14 +482,14 @@ class FleetController:
             except Exception:
                 log.exception("fleet %s: a state listener failed", self._fleet)
 
-    def _hold(self, state: FleetState, now: datetime) -> None:
+    def _hold(self, state: FleetState, now: datetime, now_text: str) -> None:
         pool = self._pool
         if not self._fleet_held:
             self._fleet_held = True  # before the pool's events, so they see it
             self._pause_applied_mono = time.monotonic()
             self._overdue_logged = False
             if pool.in_flight == 0:
-                self._set_quiet_at(now, format_time(now))
+                self._set_quiet_at(now, now_text)  # the same clock reading
             else:
                 self._set_quiet_at(None)
         pool.hold(state.reason or "paused by the fleet", FLEET_SOURCE)

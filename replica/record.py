@@ -81,6 +81,20 @@ def _bulk(value: bytes) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(value), value)
 
 
+@functools.lru_cache(maxsize=256)
+def _bulk_text(value: str) -> bytes:
+    """A bulk string of text that many controllers of a process write alike (the state's
+    JSON, a millisecond's timestamp, the holds)."""
+    return _bulk(value.encode())
+
+
+_SMALL_INTS: Final = tuple(_bulk(b"%d" % n) for n in range(256))
+
+
+def _bulk_int(n: int) -> bytes:
+    return _SMALL_INTS[n] if 0 <= n < 256 else _bulk(b"%d" % n)
+
+
 CHANGE_FIELDS: Final = (
     R_PAUSED, R_HOLDS, R_FLEET_HELD, R_APPLIED_VERSION, R_APPLIED_STATE, R_APPLIED_AT,
     R_RESUME_AT, R_IN_FLIGHT, R_QUEUED, R_QUIET, R_QUIET_AT, R_CONTROL, R_HEARTBEAT_AT,
@@ -154,15 +168,15 @@ class ReplicaRecord:
         self._applied_json = state_json
         self._applied_at = at_text
         self._wire_applied = b"".join((
-            _F_APPLIED_VERSION, _bulk(b"%d" % version),
-            _F_APPLIED_STATE, _bulk(state_json.encode()),
-            _F_APPLIED_AT, _bulk(at_text.encode()),
+            _F_APPLIED_VERSION, _bulk_int(version),
+            _F_APPLIED_STATE, _bulk_text(state_json),
+            _F_APPLIED_AT, _bulk_text(at_text),
         ))
 
     def set_quiet_at(self, text: str) -> None:
         """When the pool turned quiet under the fleet's pause (``""``: it is not)."""
         self._quiet_at = text
-        self._wire_quiet_at = _bulk(text.encode())
+        self._wire_quiet_at = _bulk_text(text)
 
     def fields(self, full: bool = True) -> dict[str, str]:
         """The record's fields: all of them (a heartbeat), or only those a change touches
@@ -242,17 +256,17 @@ class ReplicaRecord:
         return b"".join((
             self._wire_hset_head,
             _F_PAUSED, _ONE if holds else _ZERO,
-            _F_HOLDS, _bulk(_holds_json(tuple(sorted(holds.items()))).encode()) if holds
+            _F_HOLDS, _bulk_text(_holds_json(tuple(sorted(holds.items())))) if holds
             else _NO_HOLDS,
             _F_FLEET_HELD, _ONE if source.fleet_held else _ZERO,
             self._wire_applied,
             _F_RESUME_AT, _bulk(format_time(resume).encode()) if resume is not None else _EMPTY,
-            _F_IN_FLIGHT, _bulk(b"%d" % in_flight),
-            _F_QUEUED, _bulk(b"%d" % pool.queued),
+            _F_IN_FLIGHT, _bulk_int(in_flight),
+            _F_QUEUED, _bulk_int(pool.queued),
             _F_QUIET, _ONE if holds and not in_flight else _ZERO,
             _F_QUIET_AT, self._wire_quiet_at,
             _F_CONTROL, _CONNECTED if source.subscribed else _DISCONNECTED,
-            _F_HEARTBEAT_AT, _bulk(now.encode()),
+            _F_HEARTBEAT_AT, _bulk_text(now),
             self._wire_pexpire,
             self._wire_publish_head, _bulk(ack),
         ))
