@@ -7,8 +7,9 @@ Two ways to read:
 * pull: ``await read(timeout)`` returns the next reply (the coordinator reads a burst of
   acknowledgements this way, many per socket read);
 * push: ``open(on_reply)`` hands every reply to ``on_reply`` straight from the transport's
-  data callback, with no task switch per message (the controller, where every replica of a
-  fleet gets the same message at once), and ``await closed()`` returns when it ends.
+  data callback (into one reused buffer), with no task switch per message (the controller,
+  where every replica of a fleet gets the same message at once), and ``await closed()``
+  returns when it ends.
 
 ``send()`` writes a command on the same connection (a PING while idle).
 """
@@ -30,8 +31,14 @@ OnReply = Callable[[Any], None]
 """Called with each reply in push mode; what it raises ends the subscription with that error."""
 
 
-class _Push(asyncio.Protocol):
-    """The transport's protocol in push mode: parse what arrives, hand each reply on."""
+_BUFFER = bytearray(65536)
+"""Where every push-mode transport of the process reads into (``recv_into``): a read is
+parsed, and copied by the parser, before the next one starts."""
+
+
+class _Push(asyncio.BufferedProtocol):
+    """The transport's protocol in push mode: parse what arrives, hand each reply on. A
+    buffered protocol: asyncio's plain one allocates a 256 KiB buffer for every read."""
 
     def __init__(self, parser: Any, on_reply: OnReply, ended: asyncio.Future[None]) -> None:
         self._parser = parser
@@ -42,10 +49,13 @@ class _Push(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # not called on a swap: set by Subscription.open
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> bytearray:
+        return _BUFFER
+
+    def buffer_updated(self, nbytes: int) -> None:
         parser = self._parser
         try:
-            parser.feed(data)
+            parser.feed(_BUFFER, 0, nbytes)
             reply = parser.gets()
             while reply is not False:
                 self._on_reply(reply)
