@@ -2,8 +2,10 @@
 
 * Fan-out: time from ``Fleet.pause()`` to ``Fleet.wait()`` reporting every replica applied and
   quiet (idle pools), for 10, 100 and 1000 controllers spread over 4 processes, each with its
-  own connections. The baseline is, in the same run and on the same server, the time for one
-  PUBLISH to reach as many plain redis-py subscribers (4 processes, a connection each).
+  own connections. The baseline is, in the same run, on the same server and in rounds
+  alternating with the fleet's, the time for one PUBLISH to reach as many plain redis-py
+  subscribers (4 processes, a connection each). Both sides run WARMUP rounds that are not
+  counted; each figure is the median of ROUNDS.
   Goal: within 2x of raw delivery at every size (3x at least).
 * Pub/sub cut: the controllers' user may not subscribe (an ACL without the control channel),
   so only the poll of the state hash brings the pause. Goal: every replica applied within
@@ -39,6 +41,8 @@ ROUNDS = 2 if QUICK else 15
 WARMUP = 1 if QUICK else 2
 """Rounds run first and not counted, for both sides: the first deliveries after a start are
 slow (code paths and connections not warm yet)."""
+SETTLE_S = 0.05
+"""Idle time before each measured round."""
 CUT_ROUNDS = 1 if QUICK else 3
 POLL_INTERVAL = 1.0
 HEARTBEAT_INTERVAL = 10.0
@@ -144,29 +148,42 @@ def _split(size: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(PROCESSES) if base or i < extra]
 
 
-async def _raw(url: str, size: int) -> list[float]:
-    """ms from PUBLISH to the last of ``size`` subscribers receiving it, per round."""
-    channel = f"fleetgate-bench-raw-{uuid.uuid4().hex[:8]}"
-    procs = [await _spawn("raw", url, channel, str(n)) for n in _split(size)]
-    admin = aioredis.Redis.from_url(url)
-    try:
-        await asyncio.gather(*(_expect(p, "READY") for p in procs))
-        times = []
-        for r in range(WARMUP + ROUNDS):
-            t0 = time.time()
-            await admin.publish(channel, str(r))
-            lines = await asyncio.gather(*(_expect(p, f"GOT {r} ") for p in procs))
-            if r >= WARMUP:
-                times.append((max(float(line.split()[2]) for line in lines) - t0) * 1000)
-        await admin.publish(channel, "quit")
-        await asyncio.gather(*(p.wait() for p in procs))
-        return times
-    finally:
-        for p in procs:
-            if p.returncode is None:
-                p.kill()
-                await p.wait()
-        await admin.aclose()
+class _RawSubscribers:
+    """The baseline: ``size`` plain subscribers over the worker processes; ``round()`` is the
+    ms from one PUBLISH to the last of them receiving it."""
+
+    def __init__(self, url: str, size: int) -> None:
+        self._url = url
+        self._size = size
+        self._channel = f"fleetgate-bench-raw-{uuid.uuid4().hex[:8]}"
+        self._procs: list[asyncio.subprocess.Process] = []
+        self._admin = aioredis.Redis.from_url(url)
+        self._round = 0
+
+    async def __aenter__(self) -> _RawSubscribers:
+        self._procs = [await _spawn("raw", self._url, self._channel, str(n))
+                       for n in _split(self._size)]
+        await asyncio.gather(*(_expect(p, "READY") for p in self._procs))
+        return self
+
+    async def round(self) -> float:
+        r = self._round
+        self._round += 1
+        t0 = time.time()
+        await self._admin.publish(self._channel, str(r))
+        lines = await asyncio.gather(*(_expect(p, f"GOT {r} ") for p in self._procs))
+        return (max(float(line.split()[2]) for line in lines) - t0) * 1000
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self._admin.publish(self._channel, "quit")
+            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in self._procs)), 30)
+        finally:
+            for p in self._procs:
+                if p.returncode is None:
+                    p.kill()
+                    await p.wait()
+            await self._admin.aclose()
 
 
 async def _start_fleet(url: str, fleet: str, size: int) -> list[asyncio.subprocess.Process]:
@@ -227,13 +244,23 @@ async def _bench(url: str) -> list[dict[str, Any]]:
     cut_url = url.replace("redis://", "redis://nosub:bench@")
     try:
         for size in SIZES:
-            raw_before = await _raw(url, size)
             name = f"bench-{size}-{uuid.uuid4().hex[:6]}"
             fleet = await Fleet(admin, name, wait_poll_interval=0.5).listen()
             procs = await _start_fleet(url, name, size)
             try:
-                await _pause_rounds(fleet, size, WARMUP)  # scripts loaded, paths hot
-                times = await _pause_rounds(fleet, size, ROUNDS)
+                async with _RawSubscribers(url, size) as raw_subscribers:
+                    # Rounds alternate between the two, so that whatever the machine does
+                    # meanwhile (2 cores, shared) weighs on both alike.
+                    raw_times: list[float] = []
+                    times = []
+                    for r in range(WARMUP + ROUNDS):
+                        await asyncio.sleep(SETTLE_S)  # neither starts in the other's tail
+                        raw_time = await raw_subscribers.round()
+                        await asyncio.sleep(SETTLE_S)
+                        (ack_time,) = await _pause_rounds(fleet, size, 1)
+                        if r >= WARMUP:  # slow first deliveries on both sides
+                            raw_times.append(raw_time)
+                            times.append(ack_time)
                 if size == STEADY_SIZE:
                     await asyncio.sleep(HEARTBEAT_INTERVAL / 2)
                     before = await _commands(admin)
@@ -244,8 +271,7 @@ async def _bench(url: str) -> list[dict[str, Any]]:
             finally:
                 await _stop_fleet(procs)
                 await fleet.aclose()
-            # raw delivery measured before and after, so drift on a shared machine hits both
-            raw = statistics.median([*raw_before, *await _raw(url, size)])
+            raw = statistics.median(raw_times)
             ack = statistics.median(times)
             rows.append({
                 "bench": "fanout", "case": f"pause ack+quiet, {size} replicas", "value": ack,
