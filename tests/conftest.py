@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis.asyncio as aioredis
+from redis import Redis as SyncRedis
 
 from coordinator.localredis import LocalRedis, find_server_binary
 
@@ -66,6 +67,15 @@ def private_redis() -> Iterator[LocalRedis]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def no_subscribe_url(private_redis: LocalRedis) -> str:
+    """The URL of a user of ``private_redis`` who may do anything but subscribe."""
+    with SyncRedis.from_url(private_redis.url) as admin:
+        admin.execute_command("ACL", "SETUSER", "nosub", "on", ">pw", "~*", "resetchannels",
+                              "+@all")
+    return private_redis.url.replace("redis://", "redis://nosub:pw@")
 
 
 @pytest.fixture

@@ -71,12 +71,9 @@ async def test_a_killed_subscription_is_reported_and_comes_back(
 
 
 async def test_a_refused_subscription_is_retried_slowly(
-    private_redis: LocalRedis, fleet_name: str
+    no_subscribe_url: str, fleet_name: str
 ) -> None:
-    admin = aioredis.Redis.from_url(private_redis.url)
-    await admin.execute_command("ACL", "SETUSER", "nosub", "on", ">pw", "~*", "resetchannels",
-                                "+@all")
-    client = aioredis.Redis.from_url(private_redis.url.replace("redis://", "redis://nosub:pw@"))
+    client = aioredis.Redis.from_url(no_subscribe_url)
     follower = Follower(client, f"{fleet_name}:control", reconnect_cap=0.05)
     try:
         async with follower.running() as channel:
@@ -86,7 +83,6 @@ async def test_a_refused_subscription_is_retried_slowly(
             assert len(follower.lost) == 1 and not channel.subscribed
     finally:
         await client.aclose()
-        await admin.aclose()
 
 
 async def test_an_idle_subscription_is_pinged_and_stays(

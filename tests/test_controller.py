@@ -550,13 +550,10 @@ async def test_a_staggered_resume_is_overtaken_by_a_new_pause(
 
 
 async def test_the_control_field_reads_disconnected_while_pubsub_is_refused(
-    private_redis: LocalRedis, fleet_name: str
+    private_redis: LocalRedis, no_subscribe_url: str, fleet_name: str
 ) -> None:
     admin = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
-    await admin.execute_command(
-        "ACL", "SETUSER", "nosub", "on", ">pw", "~*", "resetchannels", "+@all"
-    )
-    url = private_redis.url.replace("redis://", "redis://nosub:pw@")
+    url = no_subscribe_url
     fleet = Fleet(admin, fleet_name)
     try:
         replica = Replica(url, fleet_name, "pod-1", poll_interval=0.3, start_timeout=5.0)

@@ -98,12 +98,9 @@ async def test_a_server_that_drops_the_connection_ends_it(
 
 
 async def test_a_refused_subscribe_ends_push_mode_with_the_error(
-    private_redis: LocalRedis, fleet_name: str
+    no_subscribe_url: str, fleet_name: str
 ) -> None:
-    admin = aioredis.Redis.from_url(private_redis.url)
-    await admin.execute_command("ACL", "SETUSER", "nosub", "on", ">pw", "~*", "resetchannels",
-                                "+@all")
-    client = aioredis.Redis.from_url(private_redis.url.replace("redis://", "redis://nosub:pw@"))
+    client = aioredis.Redis.from_url(no_subscribe_url)
     sub = Subscription(client, f"{fleet_name}:ch")
     try:
         await sub.open(_raise_errors)
@@ -112,7 +109,6 @@ async def test_a_refused_subscribe_ends_push_mode_with_the_error(
     finally:
         await sub.close()
         await client.aclose()
-        await admin.aclose()
 
 
 # ---------------------------------------------------------------------------- over TLS
