@@ -90,7 +90,9 @@ class ReplicaSettings(BaseSettings):
     max_retries: int = Field(default=3, ge=0, le=1000)
     """Failed attempts retried before an item goes to the dead-letter stream."""
     claim_idle: float = Field(default=30.0, gt=0, le=86_400)
-    """Seconds an item may sit unrenewed with a silent replica before another one claims it."""
+    """Seconds an item may sit unrenewed with a silent replica before another one claims it
+    (what a replica leaves at a clean stop is marked idle that long already, so the others
+    claim it at their next sweep, within half that)."""
     stream: str | None = None
     """The work stream (default: fleetgate:{FLEET}:work)."""
     dead_letter_stream: str | None = None

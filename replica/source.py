@@ -32,8 +32,10 @@ Where every item is, at each step:
    (at least once: an item that was running when the replica died runs again).
 7. **This replica stops** (``stop()``): reading stops, in-flight items finish within the
    timeout (their acks are sent), and the items the pool hands back unstarted, and those
-   waiting for a retry, are NOT acked: they stay pending for the other replicas to claim.
-   A replica started again under the same id reads its own pending entries first.
+   waiting for a retry, are NOT acked: they stay pending, marked idle for ``claim_idle``
+   already (``XCLAIM ... IDLE``), so another replica's next claim sweep (every
+   ``claim_idle / 2`` at most) takes them. A replica started again under the same id reads
+   its own pending entries first.
 """
 
 from __future__ import annotations
@@ -97,6 +99,8 @@ class SourceStats:
     malformed: int
     lost_leases: int
     redis_errors: int
+    handed_back: int
+    """Entries left pending at ``stop()`` and marked idle for the others to claim at once."""
     held: int
     """Items in this replica's hands (queued + in flight + awaiting retry)."""
     awaiting_retry: int
@@ -156,7 +160,8 @@ class StreamSource:
         self._keeper: asyncio.Task[None] | None = None
         self._counts = dict.fromkeys(
             ("read", "claimed", "recovered", "done", "failed", "timed_out", "retried",
-             "outage_retries", "dead_lettered", "malformed", "lost_leases", "redis_errors"),
+             "outage_retries", "dead_lettered", "malformed", "lost_leases", "redis_errors",
+             "handed_back"),
             0,
         )
 
@@ -207,18 +212,36 @@ class StreamSource:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
                     await asyncio.shield(self._flush_acks())
+            await self._hand_back()
         finally:
             if self._keeper is not None:
                 await cancel_bounded(self._keeper)
         left = len(self._local)
         log.info(
             "%s stopped reading %s: %d done, %d handed back unstarted and %d awaiting retry "
-            "left pending for other replicas, %d acks unsent",
+            "left pending for other replicas (%d marked for claiming now), %d acks unsent",
             self.consumer, self.stream, self._counts["done"], len(handed_back),
-            len(self._retry), len(self._unacked),
+            len(self._retry), self._counts["handed_back"], len(self._unacked),
         )
         if left:
             log.debug("pending entries left: %s", sorted(self._local))
+
+    async def _hand_back(self) -> None:
+        """Mark the entries left here (unstarted, awaiting a retry, cut off) as idle for
+        ``claim_idle`` already, so the other replicas' next claim takes them instead of one
+        ``claim_idle`` later. Best effort: if it fails they are claimed the usual way."""
+        if not self._local:
+            return
+        try:
+            async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
+                handed = await asyncio.shield(
+                    self._renew_leases(idle_ms=int(self.claim_idle * 1000))
+                )
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.info("%s could not hand back %d entries (%r): they are claimed after %ss",
+                     self.consumer, len(self._local), exc, self.claim_idle)
+            return
+        self._counts["handed_back"] += handed
 
     # ------------------------------------------------------------------ state
 
@@ -241,6 +264,7 @@ class StreamSource:
             failed=c["failed"], timed_out=c["timed_out"], retried=c["retried"],
             outage_retries=c["outage_retries"], dead_lettered=c["dead_lettered"],
             malformed=c["malformed"], lost_leases=c["lost_leases"],
+            handed_back=c["handed_back"],
             redis_errors=c["redis_errors"], held=len(self._local),
             awaiting_retry=len(self._retry), unacked=len(self._unacked),
             capacity=self.capacity, group_ready=self._group_ready,
@@ -533,12 +557,13 @@ class StreamSource:
                 self._counts["redis_errors"] += 1
                 log.warning("renewing leases on %s failed: %s", self.stream, exc)
 
-    async def _renew_leases(self) -> None:
-        """Reset the idle time of the entries this replica holds and still owns; note the ones
-        another replica claimed meanwhile (they are skipped if not started yet)."""
+    async def _renew_leases(self, idle_ms: int | None = None) -> int:
+        """Reset the idle time of the entries this replica holds and still owns (to
+        ``idle_ms`` when given: a hand-back); note the ones another replica claimed meanwhile
+        (they are skipped if not started yet). Returns how many it renewed."""
         ids = list(self._local)
         if not ids:
-            return
+            return 0
         async with self._redis.pipeline(transaction=False) as pipe:
             for entry_id in ids:
                 pipe.xpending_range(
@@ -549,13 +574,14 @@ class StreamSource:
         lost = [entry_id for entry_id, rows in zip(ids, replies, strict=True) if not rows]
         if owned:
             await self._redis.xclaim(
-                self.stream, self.group, self.consumer, 0, owned, justid=True
+                self.stream, self.group, self.consumer, 0, owned, idle=idle_ms, justid=True
             )
         for entry_id in lost:
             if entry_id in self._local and entry_id not in self._lost:
                 self._lost.add(entry_id)
                 self._counts["lost_leases"] += 1
                 log.warning("%s was claimed by another replica while held here", entry_id)
+        return len(owned)
 
     async def _flush_acks(self) -> None:
         if not self._unacked:

@@ -254,6 +254,35 @@ async def test_stop_leaves_unstarted_items_pending_for_another_replica(
     assert sorted(first.done + second.done) == [f"i{i}" for i in range(6)]
 
 
+async def test_what_a_stopping_replica_leaves_is_claimed_at_once_not_after_the_idle_time(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str
+) -> None:
+    await enqueue(redis, fleet_name, 6)
+    gate = asyncio.Event()
+    first = Recorder(gate)
+    long_idle = 60.0  # far longer than this test may take
+    source = StreamSource(redis, make_settings(redis_url, fleet_name, "first", workers=2,
+                                               queue_size=6, claim_idle=long_idle), first)
+    await source.pool.start()
+    await source.start()
+    await first.wait(lambda: len(first.started) == 2)
+    await until(lambda: _equals(pending_count(redis, fleet_name, "first"), 6))
+    stopping = asyncio.create_task(source.stop(timeout=10.0))
+    await asyncio.sleep(0)
+    gate.set()
+    await stopping
+    assert source.stats().handed_back == 4
+    rows = await redis.xpending_range(Keys(fleet_name).work, WORK_GROUP, "-", "+", 10,
+                                      consumername="first")
+    assert len(rows) == 4 and all(r["time_since_delivered"] >= long_idle * 1000 for r in rows)
+    second = Recorder()
+    settings = make_settings(redis_url, fleet_name, "second", claim_idle=long_idle)
+    async with running(redis, settings, second) as peer:
+        await second.wait(lambda: len(second.done) == 4, timeout=15.0)
+        assert peer.stats().claimed == 4
+    assert sorted(first.done + second.done) == [f"i{i}" for i in range(6)]
+
+
 async def test_a_replica_restarted_under_its_id_takes_its_own_pending_items_first(
     redis: aioredis.Redis, redis_url: str, fleet_name: str
 ) -> None:
