@@ -7,7 +7,7 @@ Routes::
     GET  /api/fleet            view   the status shape (see coordinator.render)
     GET  /api/fleet/history    view   {"fleet": ..., "events": [...]}, newest first
     POST /api/fleet/pause      admin  {"reason", "for_seconds"?, "auto_resume"?, "wait"?, "timeout"?}
-    POST /api/fleet/resume     admin  {"stagger_seconds"?, "wait"?, "timeout"?}
+    POST /api/fleet/resume     admin  {"reason"?, "stagger_seconds"?, "wait"?, "timeout"?}
     GET  /metrics              Prometheus text (public unless FLEETGATE_METRICS_AUTH)
     GET  /docs, /openapi.json
 
@@ -90,14 +90,25 @@ class PauseRequest(BaseModel):
 
 
 class ResumeRequest(BaseModel):
+    """Resume the fleet. ``by`` is not accepted: it is the token's operator name."""
+
     model_config = ConfigDict(extra="forbid")
 
+    reason: str | None = Field(
+        default=None, max_length=MAX_REASON,
+        description="Why, for the audit trail (optional; 1 to 500 printable characters).",
+    )
     stagger_seconds: float | None = Field(
         default=None, ge=MIN_DURATION_S, le=MAX_STAGGER_S,
         description="Spread the replicas' resumes evenly over this window.",
     )
     wait: bool = Field(default=False, description="Block until every live replica is running.")
     timeout: float = Field(default=60.0, ge=MIN_DURATION_S, le=MAX_DURATION_S)
+
+    @field_validator("reason")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        return None if value is None else check_reason(value)
 
 
 # ---------------------------------------------------------------------------- app
@@ -293,7 +304,7 @@ def create_app(
         """Resume the fleet (optionally staggered over ``stagger_seconds``)."""
         body = body or ResumeRequest()
         stagger = None if body.stagger_seconds is None else timedelta(seconds=body.stagger_seconds)
-        state = await fleet.resume(by=operator.name, stagger=stagger)
+        state = await fleet.resume(by=operator.name, stagger=stagger, reason=body.reason or "")
         report = None
         if body.wait:
             report = await fleet.wait(state.version, timeout=min(body.timeout, settings.max_wait))

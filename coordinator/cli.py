@@ -1,7 +1,7 @@
 """``fleetgate``: the operator's command line (typer).
 
     fleetgate pause --reason TEXT [--by NAME] [--for 30m] [--auto-resume] [--wait] [--timeout 60s]
-    fleetgate resume [--by NAME] [--stagger 30s] [--wait] [--timeout 60s]
+    fleetgate resume [--reason TEXT] [--by NAME] [--stagger 30s] [--wait] [--timeout 60s]
     fleetgate status [--watch]
     fleetgate history [--limit N]
     fleetgate enqueue ITEM... | --count N | --file PATH
@@ -241,6 +241,9 @@ def pause(
 @app.command()
 def resume(
     ctx: typer.Context,
+    reason: Annotated[
+        str | None, typer.Option("--reason", "-r", help="Why, for the audit trail (optional).")
+    ] = None,
     by: Annotated[str | None, typer.Option("--by", help="Who (default: the OS user).")] = None,
     stagger: Annotated[
         str | None, typer.Option("--stagger", help="Spread the replicas' resumes over this window.")
@@ -253,6 +256,11 @@ def resume(
 ) -> None:
     """Resume the fleet: replicas continue with the queue untouched."""
     g: Globals = ctx.obj
+    if reason is not None:
+        try:
+            reason = check_reason(reason)
+        except ValueError as exc:
+            raise usage(str(exc)) from None
     stagger_s = _duration(stagger, "--stagger", maximum=MAX_STAGGER_S)
     wait_s = _duration(timeout, "--timeout")
     operator = _operator(by)
@@ -262,7 +270,7 @@ def resume(
 
     async def act(fleet: Fleet) -> tuple[FleetState, WaitReport | None, bool]:
         was_paused = (await fleet.state()).paused
-        state = await fleet.resume(by=operator, stagger=spread)
+        state = await fleet.resume(by=operator, stagger=spread, reason=reason or "")
         report = await fleet.wait(state.version, timeout=wait_s or 60.0) if wait else None
         return state, report, was_paused
 

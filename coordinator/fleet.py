@@ -216,14 +216,18 @@ class Fleet:
             stagger=resume_stagger,
         )
 
-    async def resume(self, by: str, stagger: timedelta | float | None = None) -> FleetState:
+    async def resume(
+        self, by: str, stagger: timedelta | float | None = None, *, reason: str = ""
+    ) -> FleetState:
         """Resume the fleet; with ``stagger``, each replica waits an offset derived from its id,
-        spread evenly over that window. Resuming a running fleet changes nothing and returns
-        the state."""
+        spread evenly over that window. ``reason`` (optional) goes to the audit trail; the
+        state of a running fleet has none. Resuming a running fleet changes nothing and
+        returns the state."""
         check_text("by", by)
+        check_text("reason", reason)
         if not by.strip():
             raise ContractError("say who resumes (by=)")
-        return await self._change("resume", "", by, now_utc(), stagger=stagger)
+        return await self._change("resume", reason.strip(), by, now_utc(), stagger=stagger)
 
     async def _change(
         self,

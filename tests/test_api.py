@@ -138,6 +138,17 @@ async def test_the_audit_trail_records_the_tokens_configured_name(api: httpx.Asy
     assert [(e["action"], e["by"], e["reason"]) for e in history] == [("pause", "alice", "deploy 4.2")]
 
 
+async def test_a_resume_may_say_why_and_a_bad_reason_gets_422(api: httpx.AsyncClient) -> None:
+    await api.post("/api/fleet/pause", headers=auth(ADMIN), json={"reason": "deploy 4.2"})
+    bad = await api.post("/api/fleet/resume", headers=auth(ADMIN), json={"reason": "  "})
+    assert bad.status_code == 422 and "detail" in bad.json()
+    ok = await api.post("/api/fleet/resume", headers=auth(ADMIN), json={"reason": "deployed"})
+    assert ok.status_code == 200 and ok.json()["state"]["paused"] is False
+    history = (await api.get("/api/fleet/history", headers=auth(VIEW))).json()["events"]
+    assert [(e["action"], e["reason"]) for e in history] == [
+        ("resume", "deployed"), ("pause", "deploy 4.2")]
+
+
 async def test_a_body_cannot_claim_another_identity(api: httpx.AsyncClient) -> None:
     response = await api.post(
         "/api/fleet/pause", headers=auth(ADMIN), json={"reason": "x", "by": "mallory"}
@@ -223,7 +234,8 @@ async def test_a_body_that_is_not_json_gets_422(api: httpx.AsyncClient) -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [{"stagger_seconds": 0}, {"stagger_seconds": 3601}, {"timeout": -1}, {"reason": "x"}],
+    [{"stagger_seconds": 0}, {"stagger_seconds": 3601}, {"timeout": -1}, {"reason": " "},
+     {"reason": "x" * 501}, {"by": "mallory"}],
 )
 async def test_bad_resume_bodies_get_422(api: httpx.AsyncClient, body: Any) -> None:
     response = await api.post("/api/fleet/resume", headers=auth(ADMIN), json=body)

@@ -242,6 +242,19 @@ def test_history_lists_pauses_and_resumes_newest_first(
     assert out.index("second") < out.index("first")
 
 
+def test_resume_takes_an_optional_reason_for_the_audit_trail(
+    env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(capsys, "pause", "--reason", "drill", "--by", "a")
+    code, _, err = run(capsys, "resume", "--reason", "   ", "--by", "b")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "reason" in err
+    code, out, _ = run(capsys, "resume", "--reason", "drill over", "--by", "b", "--json")
+    assert code == 0 and json.loads(out)["state"]["paused"] is False
+    code, out, _ = run(capsys, "history", "--limit", "1", "--json")
+    assert [(e["action"], e["reason"]) for e in json.loads(out)["events"]] == [
+        ("resume", "drill over")]
+
+
 def test_status_watch_prints_a_json_line_per_refresh_and_exits_0_on_ctrl_c(
     redis_url: str, fleet_name: str
 ) -> None:

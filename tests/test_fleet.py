@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from cpkit import Replica, Replicas, until
 
 from coordinator import Fleet
-from replica.contract import FleetState, Keys, format_time, now_utc
+from replica.contract import MAX_TEXT_LEN, FleetState, Keys, format_time, now_utc
 from replica.errors import ContractError
 
 
@@ -70,6 +70,19 @@ async def test_history_lists_every_change_newest_first(
     ]
     assert events[0].at is not None
     assert json.loads(json.dumps(events[0].to_dict()))["version"] == 3
+
+
+async def test_a_resume_reason_goes_to_the_audit_trail_not_the_state(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    await fleet.pause("db maintenance", by="a")
+    state = await fleet.resume(by="b", reason="  migration done ")
+    assert not state.paused and state.reason == ""
+    (event,) = await fleet.history(limit=1)
+    assert (event.action, event.reason, event.by) == ("resume", "migration done", "b")
+    with pytest.raises(ContractError):
+        await fleet.resume(by="b", reason="x" * (MAX_TEXT_LEN + 1))
 
 
 async def test_bad_changes_are_refused_before_they_reach_redis(
