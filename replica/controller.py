@@ -85,7 +85,6 @@ StateListener = Callable[[FleetState, "float | None"], Any]
 """Called with each applied state and its propagation delay in seconds (None when unknown)."""
 
 
-
 @dataclass(frozen=True, slots=True)
 class ControllerStats:
     """A snapshot of a controller's counters (the replica service exports them as metrics)."""
@@ -117,8 +116,6 @@ class ControllerStats:
     last_poll_at: datetime | None
     propagation: float | None
     """Seconds from the state's change to this replica applying it (last value)."""
-
-
 
 
 @functools.lru_cache(maxsize=16)
