@@ -31,9 +31,11 @@ OnReply = Callable[[Any], None]
 """Called with each reply in push mode; what it raises ends the subscription with that error."""
 
 
-_BUFFER = bytearray(65536)
+_BUFFER = memoryview(bytearray(65536))
 """Where every push-mode transport of the process reads into (``recv_into``): a read is
-parsed, and copied by the parser, before the next one starts."""
+parsed, and copied by the parser, before the next one starts. A memoryview, not the
+bytearray: asyncio's TLS transport fills a buffer in parts through slices of it, and a slice of
+a bytearray is a copy (the data read into it would be lost)."""
 
 
 class _Push(asyncio.BufferedProtocol):
@@ -49,7 +51,7 @@ class _Push(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # not called on a swap: set by Subscription.open
 
-    def get_buffer(self, sizehint: int) -> bytearray:
+    def get_buffer(self, sizehint: int) -> memoryview:
         return _BUFFER
 
     def buffer_updated(self, nbytes: int) -> None:

@@ -165,6 +165,29 @@ async def test_pause_wait_and_resume_work_over_tls(
     await _pause_and_resume(tls_redis[1], fleet_name)
 
 
+async def test_a_burst_over_tls_arrives_whole_and_in_order(
+    tls_redis: tuple[LocalRedis, str], fleet_name: str
+) -> None:
+    """Many TLS records in one read: the buffered protocol must not lose any of them."""
+    client = aioredis.Redis.from_url(tls_redis[1])
+    channel = f"{fleet_name}:ch"
+    replies: list[Any] = []
+    sub = Subscription(client, channel)
+    await sub.open(replies.append)
+    try:
+        await until(lambda: bool(replies), timeout=5)
+        payloads = [(f"{i:05d}-" + "x" * 1000).encode() for i in range(2000)]
+        pipe = client.pipeline(transaction=False)
+        for payload in payloads:
+            pipe.publish(channel, payload)
+        await pipe.execute()
+        await until(lambda: len(replies) >= 2001, timeout=20)
+        assert [r[2] for r in replies[1:]] == payloads
+    finally:
+        await sub.close()
+        await client.aclose()
+
+
 async def test_pause_wait_and_resume_work_over_a_unix_socket(
     tmp_path: Path, fleet_name: str
 ) -> None:
