@@ -164,6 +164,12 @@ class Link:
             await bounded(conn.disconnect(nowait=True), 1.0)
             raise
 
+    @property
+    def skips(self) -> bool:
+        """Connected, and the server takes CLIENT REPLY SKIP from this client (probed at each
+        connect): ``write_raw`` can be used."""
+        return self._skip and self._conn is not None
+
     def write_raw(self, wire: bytes) -> bool:
         """Write commands already in RESP, each behind CLIENT REPLY SKIP (no replies), at
         once. False when that cannot be done now: the caller goes through ``call``."""
