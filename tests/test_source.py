@@ -226,14 +226,15 @@ async def test_items_a_crashed_replica_held_are_claimed_after_the_idle_time(
     assert sorted(rec.done) == [f"i{i}" for i in range(5)]
 
 
-async def test_stop_leaves_unstarted_items_pending_for_another_replica(
-    redis: aioredis.Redis, redis_url: str, fleet_name: str
-) -> None:
+async def _stopped_with_two_done_and_four_unstarted(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str, claim_idle: float
+) -> tuple[StreamSource, Recorder]:
+    """A replica "first" that took all six items, ran two, and was stopped meanwhile."""
     await enqueue(redis, fleet_name, 6)
     gate = asyncio.Event()
     first = Recorder(gate)
     settings = make_settings(redis_url, fleet_name, "first", workers=2, queue_size=6,
-                             claim_idle=0.3)
+                             claim_idle=claim_idle)
     source = StreamSource(redis, settings, first)
     await source.pool.start()
     await source.start()
@@ -244,6 +245,15 @@ async def test_stop_leaves_unstarted_items_pending_for_another_replica(
     gate.set()  # the two in-flight items finish within the timeout
     await stopping
     assert sorted(first.done) == sorted(first.started) and len(first.done) == 2
+    return source, first
+
+
+async def test_stop_leaves_unstarted_items_pending_for_another_replica(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str
+) -> None:
+    _source, first = await _stopped_with_two_done_and_four_unstarted(
+        redis, redis_url, fleet_name, claim_idle=0.3
+    )
     # The four unstarted ones are still pending under the stopped replica, not acknowledged.
     assert await pending_count(redis, fleet_name, "first") == 4
     second = Recorder()
@@ -257,20 +267,10 @@ async def test_stop_leaves_unstarted_items_pending_for_another_replica(
 async def test_what_a_stopping_replica_leaves_is_claimed_at_once_not_after_the_idle_time(
     redis: aioredis.Redis, redis_url: str, fleet_name: str
 ) -> None:
-    await enqueue(redis, fleet_name, 6)
-    gate = asyncio.Event()
-    first = Recorder(gate)
     long_idle = 60.0  # far longer than this test may take
-    source = StreamSource(redis, make_settings(redis_url, fleet_name, "first", workers=2,
-                                               queue_size=6, claim_idle=long_idle), first)
-    await source.pool.start()
-    await source.start()
-    await first.wait(lambda: len(first.started) == 2)
-    await until(lambda: _equals(pending_count(redis, fleet_name, "first"), 6))
-    stopping = asyncio.create_task(source.stop(timeout=10.0))
-    await asyncio.sleep(0)
-    gate.set()
-    await stopping
+    source, first = await _stopped_with_two_done_and_four_unstarted(
+        redis, redis_url, fleet_name, claim_idle=long_idle
+    )
     assert source.stats().handed_back == 4
     rows = await redis.xpending_range(Keys(fleet_name).work, WORK_GROUP, "-", "+", 10,
                                       consumername="first")
