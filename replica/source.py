@@ -18,7 +18,8 @@ Where every item is, at each step:
    does not let another replica take it.
 3. **Done**: the handler returned, then ``XACK``. If the ack cannot reach Redis the id waits in
    ``_unacked`` and is acked by the next lease round (a crash in between re-delivers it: at
-   least once).
+   least once). Until its ack is answered, this replica's own claim sweep never takes it
+   again, however long the ack takes.
 4. **Failed**: the entry stays pending. Its delivery count (``XPENDING``) is the number of
    attempts; while it is at most ``max_retries`` the source re-delivers it to itself
    (``XCLAIM``, which counts one more delivery) and runs it again; after that the entry is
@@ -148,6 +149,8 @@ class StreamSource:
         self._retry: deque[WorkItem] = deque()
         self._lost: set[str] = set()
         self._unacked: set[str] = set()
+        self._acking: set[str] = set()
+        """Done, and their XACK sent but not answered yet."""
         self._wake = asyncio.Event()
         self._stopping = False
         self._started = False
@@ -395,7 +398,9 @@ class StreamSource:
         return got
 
     async def _admit(self, entry_id: str, fields: Any, via: str) -> bool:
-        if entry_id in self._local:
+        if entry_id in self._local or entry_id in self._acking or entry_id in self._unacked:
+            # Held here already, or done with its XACK on the way: this replica's own claim
+            # sweep can return such an entry when a stall let it sit past claim_idle.
             return False
         if not fields:  # deleted from the stream while pending: nothing to run
             self._unacked.add(entry_id)
@@ -440,6 +445,7 @@ class StreamSource:
 
     async def _ack(self, work: WorkItem) -> None:
         self._counts["done"] += 1
+        self._acking.add(work.entry_id)
         self._forget(work)
         try:
             async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
@@ -448,6 +454,8 @@ class StreamSource:
             self._counts["redis_errors"] += 1
             self._unacked.add(work.entry_id)
             log.warning("ack of %s failed (%s); will retry", work.entry_id, exc)
+        finally:
+            self._acking.discard(work.entry_id)
 
     async def _on_error(self, work: WorkItem, exc: BaseException) -> None:
         """The pool's on_error: a failure, a timeout, or an item cut off by the drain."""

@@ -283,6 +283,34 @@ async def test_what_a_stopping_replica_leaves_is_claimed_at_once_not_after_the_i
     assert sorted(first.done + second.done) == [f"i{i}" for i in range(6)]
 
 
+async def test_an_item_done_whose_ack_is_slow_is_not_claimed_and_run_again(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str
+) -> None:
+    """A stall between an item finishing and its XACK landing lets the entry sit idle past
+    claim_idle; the replica's own claim sweep must not run it a second time."""
+    await enqueue(redis, fleet_name, 1)
+    rec = Recorder()
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    xack = client.xack
+    acked = asyncio.Event()
+
+    async def slow_xack(*args: Any) -> Any:
+        await asyncio.sleep(2.5)  # > claim_idle and > one read's BLOCK: sweeps run meanwhile
+        result = await xack(*args)
+        acked.set()
+        return result
+
+    client.xack = slow_xack  # type: ignore[method-assign]
+    try:
+        settings = make_settings(redis_url, fleet_name, claim_idle=0.2)
+        async with running(client, settings, rec):
+            await asyncio.wait_for(acked.wait(), 10)
+        assert rec.done == ["i0"]
+        assert await pending_count(redis, fleet_name) == 0
+    finally:
+        await client.aclose()
+
+
 async def test_a_replica_restarted_under_its_id_takes_its_own_pending_items_first(
     redis: aioredis.Redis, redis_url: str, fleet_name: str
 ) -> None:
