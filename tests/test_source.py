@@ -366,12 +366,13 @@ async def test_a_held_item_keeps_its_lease_beyond_the_claim_idle_time(
     gate = asyncio.Event()
     slow = Recorder(gate)
     other = Recorder()
-    a = make_settings(redis_url, fleet_name, "a", workers=2, claim_idle=0.3)
+    # claim_idle 1 s: renewals every third of it leave room for a stall of a loaded machine
+    a = make_settings(redis_url, fleet_name, "a", workers=2, claim_idle=1.0)
     async with running(redis, a, slow) as first:
         await slow.wait(lambda: len(slow.started) == 2)
-        b = make_settings(redis_url, fleet_name, "b", claim_idle=0.3)
+        b = make_settings(redis_url, fleet_name, "b", claim_idle=1.0)
         async with running(redis, b, other) as second:
-            await asyncio.sleep(1.2)  # four claim idle times: the leases must hold
+            await asyncio.sleep(3.0)  # three claim idle times: the leases must hold
             assert other.started == [] and second.stats().claimed == 0
             gate.set()
             await slow.wait(lambda: len(slow.done) == 2)
