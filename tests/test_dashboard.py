@@ -127,6 +127,8 @@ def test_pause_and_resume_from_the_dashboard_with_real_replicas(
                 expect(page.locator("#history tbody tr").first).to_have_attribute("data-action", "pause")
                 page.screenshot(path=str(SCREENSHOT), full_page=True)
 
+                expect(page.locator("#reason")).to_have_value("")  # cleared once it was used
+                page.fill("#reason", "drill over")  # optional on a resume: for the audit trail
                 page.click("#resume")
                 expect(page.locator("#message")).to_contain_text("Resumed by dash-op")
                 expect(page.locator("#banner-state")).to_have_text("RUNNING")
@@ -137,6 +139,7 @@ def test_pause_and_resume_from_the_dashboard_with_real_replicas(
                     expect(row).to_have_attribute("data-state", "running")
                     expect(row.locator("td.version")).to_have_attribute("data-version", resumed)
                 expect(page.locator("#history tbody tr").first).to_have_attribute("data-action", "resume")
+                expect(page.locator("#history tbody tr").first).to_contain_text("drill over")
             finally:
                 context.close()
     finally:

@@ -224,6 +224,7 @@
       if (response.ok && body) {
         const s = body.state;
         say((s.paused ? "Paused" : "Resumed") + " by " + s.by + " (version " + s.version + ").", "ok");
+        $("reason").value = ""; // said: the next action needs its own
         lastVersion = null;
       } else if (response.status === 401) {
         say("That token is not valid.", "error");
@@ -254,6 +255,8 @@
 
   function resume() {
     const payload = {};
+    const reason = $("reason").value.trim(); // optional on a resume: for the audit trail
+    if (reason) payload.reason = reason;
     const stagger = $("stagger").value;
     if (stagger) payload.stagger_seconds = Number(stagger);
     post("api/fleet/resume", payload);
