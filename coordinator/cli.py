@@ -143,6 +143,14 @@ def _emit_json(data: Any, *, compact: bool = False) -> None:
     sys.stdout.flush()
 
 
+def _reason(value: str) -> str:
+    """A checked --reason, or a usage error (one line, exit 2)."""
+    try:
+        return check_reason(value)
+    except ValueError as exc:
+        raise usage(str(exc)) from None
+
+
 def _duration(value: str | None, option: str, maximum: float | None = None) -> float | None:
     if value is None:
         return None
@@ -214,10 +222,7 @@ def pause(
 ) -> None:
     """Pause the fleet: every replica finishes the item in hand and takes no more."""
     g: Globals = ctx.obj
-    try:
-        reason = check_reason(reason)
-    except ValueError as exc:
-        raise usage(str(exc)) from None
+    reason = _reason(reason)
     window = _duration(for_, "--for")
     if auto_resume and window is None:
         raise usage("--auto-resume needs --for (the window after which the fleet resumes)")
@@ -257,10 +262,7 @@ def resume(
     """Resume the fleet: replicas continue with the queue untouched."""
     g: Globals = ctx.obj
     if reason is not None:
-        try:
-            reason = check_reason(reason)
-        except ValueError as exc:
-            raise usage(str(exc)) from None
+        reason = _reason(reason)
     stagger_s = _duration(stagger, "--stagger", maximum=MAX_STAGGER_S)
     wait_s = _duration(timeout, "--timeout")
     operator = _operator(by)
