@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 
 from bench import QUICK
 from coordinator import Fleet
-from coordinator.localredis import LocalRedis
+from coordinator.demo.localredis import LocalRedis
 from replica import FleetController, PausablePool
 
 SIZES = (10,) if QUICK else (10, 100, 1000)

@@ -28,7 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator.durations import format_age
-from coordinator.models import AuditEvent, ReplicaInfo, WaitReport
+from coordinator.fleet.models import AuditEvent, ReplicaInfo, WaitReport
 from replica.contract import FleetState, format_time, now_utc
 
 REPLICA_STATES: Final = ("running", "paused", "quiet", "stale")

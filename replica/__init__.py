@@ -2,27 +2,65 @@
 
 ``PausablePool`` is the pausable worker pool; ``FleetController`` makes it follow the fleet's
 pause state in Redis; ``StreamSource`` feeds it from a Redis stream; ``follow_breaker`` pauses
-it while a dependency's circuit breaker is open. The HTTP side and the process that ties them
-together (``replica.service.ReplicaService``, the ``fleetgate-replica`` command) are imported
-on their own, so that ``import replica`` does not pull in FastAPI and uvicorn. This package
-never imports ``coordinator``.
+it while a dependency's circuit breaker is open. This package never imports ``coordinator``.
+
+The layers, each importing only those above it (``tests/test_layers.py`` holds them to it)::
+
+    replica.errors, replica.types   leaves: the exception hierarchy and type aliases
+    replica.contract                the Redis contract both sides share (no redis, no pydantic)
+    replica.pool                    the pausable pool and its holds (no redis, no pydantic)
+    replica.control                 following the fleet's state in Redis: FleetController
+    replica.service                 the replica process: stream source, HTTP, metrics, settings
+    replica.demo, replica.__main__  demo handlers and the ``fleetgate-replica`` command
+
+The public names below are loaded on first use, so ``import replica.pool`` loads neither redis
+nor pydantic, and ``from replica import FleetController`` still works.
 """
 
-from replica.breaker import AsyncCircuitBreaker, Breaker, follow_breaker
-from replica.controller import ControllerStats, FleetController
-from replica.errors import (
-    BreakerOpen,
-    ConfigError,
-    ContractError,
-    FleetgateError,
-    InvalidMessage,
-    ItemCancelled,
-    ItemTimeout,
-    PoolClosed,
-)
-from replica.pool import PausablePool, PoolStats
-from replica.settings import ReplicaSettings
-from replica.source import StreamSource
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from replica.control.controller import ControllerStats, FleetController
+    from replica.errors import (
+        BreakerOpen,
+        ConfigError,
+        ContractError,
+        FleetgateError,
+        InvalidMessage,
+        ItemCancelled,
+        ItemTimeout,
+        PoolClosed,
+    )
+    from replica.pool.pool import PausablePool, PoolStats
+    from replica.service.breaker import AsyncCircuitBreaker, Breaker, follow_breaker
+    from replica.service.handlers import HandlerContext, context
+    from replica.service.settings import ReplicaSettings
+    from replica.service.source import StreamSource
+
+_LAZY: dict[str, str] = {
+    "AsyncCircuitBreaker": "replica.service.breaker",
+    "Breaker": "replica.service.breaker",
+    "follow_breaker": "replica.service.breaker",
+    "ControllerStats": "replica.control.controller",
+    "FleetController": "replica.control.controller",
+    "BreakerOpen": "replica.errors",
+    "ConfigError": "replica.errors",
+    "ContractError": "replica.errors",
+    "FleetgateError": "replica.errors",
+    "InvalidMessage": "replica.errors",
+    "ItemCancelled": "replica.errors",
+    "ItemTimeout": "replica.errors",
+    "PoolClosed": "replica.errors",
+    "PausablePool": "replica.pool.pool",
+    "PoolStats": "replica.pool.pool",
+    "HandlerContext": "replica.service.handlers",
+    "context": "replica.service.handlers",
+    "ReplicaSettings": "replica.service.settings",
+    "StreamSource": "replica.service.source",
+}
 
 __all__ = [
     "AsyncCircuitBreaker",
@@ -33,6 +71,7 @@ __all__ = [
     "ControllerStats",
     "FleetController",
     "FleetgateError",
+    "HandlerContext",
     "InvalidMessage",
     "ItemCancelled",
     "ItemTimeout",
@@ -41,5 +80,19 @@ __all__ = [
     "PoolStats",
     "ReplicaSettings",
     "StreamSource",
+    "context",
     "follow_breaker",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'replica' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from replica.errors import ConfigError
-from replica.handlers import load_handler
-from replica.settings import (
+from replica.service.handlers import load_handler
+from replica.service.settings import (
     BreakerSettings,
     ReplicaSettings,
     field_docs,
@@ -77,7 +77,7 @@ def configure_logging(level: str) -> None:
 
 async def serve(settings: ReplicaSettings, handler: Any, breaker: BreakerSettings) -> int:
     """Run the service until a signal; the exit status."""
-    from replica.service import ReplicaService
+    from replica.service.service import ReplicaService
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

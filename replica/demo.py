@@ -24,8 +24,8 @@ import json
 import time
 from typing import Any, Final
 
-from replica.breaker import AsyncCircuitBreaker
-from replica.handlers import HandlerContext, context
+from replica.service.breaker import AsyncCircuitBreaker
+from replica.service.handlers import HandlerContext, context
 
 DEFAULT_ITEM_SECONDS: Final = 0.05
 START: Final = "start"

@@ -12,8 +12,10 @@ The hierarchy::
     ├── ConfigError                a setting or handler reference that cannot work (exit status 2)
     │   └── InvalidDuration        a duration ("30m", "90s") that cannot be read or is out of bounds
     │                              (also a builtin ValueError)
-    └── ContractError              a value that breaks the Redis contract (bad fleet name, bad state)
-        └── InvalidMessage         a control-channel message that is not a valid state (ignored, counted)
+    ├── ContractError              a value that breaks the Redis contract (bad fleet name, bad state)
+    │   └── InvalidMessage         a control-channel message that is not a valid state (ignored, counted)
+    └── OutcomeUnknown             a change was sent to Redis but no answer came: it may have been
+                                   applied; read the state before trying again
 
 ``TimeoutError`` (the builtin) is raised by ``pause()``, ``join()`` and ``drain()`` waits that
 run out, as asyncio itself does; ``asyncio.QueueFull`` by ``put_nowait()`` on a full pool.
@@ -61,3 +63,9 @@ class InvalidMessage(ContractError):
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.detail = detail
+
+
+class OutcomeUnknown(FleetgateError):
+    """A change was sent to Redis and no answer came back: it may or may not have been applied.
+
+    Unlike "unreachable" (nothing was sent), the caller must read the fleet's state to know."""

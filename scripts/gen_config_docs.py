@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings
 
-from replica.settings import BreakerSettings, ReplicaSettings, settings_table
+from replica.service.settings import BreakerSettings, ReplicaSettings, settings_table
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -35,7 +35,7 @@ REPLICA = """\
 
 The handler is `async def handle(item)`: `item` is the JSON of a work stream entry's `item`
 field. It succeeds by returning; it fails by raising (retried, then dead-lettered). A handler
-that needs the replica's Redis client, fleet or id calls `replica.handlers.context()`.
+that needs the replica's Redis client, fleet or id calls `replica.service.handlers.context()`.
 `replica.demo:sleep` is the built-in demo handler."""
 
 BREAKER = """\
@@ -45,10 +45,10 @@ A handler plugs a breaker in by giving the function, or its module, an attribute
 anything with a `state` of closed / open / half-open (`pybreaker.CircuitBreaker` works as it
 is). The replica then holds its pool with `source="breaker"` while the breaker is open, and
 releases only that hold when it is not. The default breaker is
-`replica.breaker.AsyncCircuitBreaker`:
+`replica.service.breaker.AsyncCircuitBreaker`:
 
 ```python
-from replica.breaker import AsyncCircuitBreaker
+from replica.service.breaker import AsyncCircuitBreaker
 
 breaker = AsyncCircuitBreaker()          # FLEETGATE_BREAKER_FAIL_MAX / _RESET_TIMEOUT
 

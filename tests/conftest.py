@@ -18,7 +18,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis import Redis as SyncRedis
 
-from coordinator.localredis import LocalRedis, find_server_binary
+from coordinator.demo.localredis import LocalRedis, find_server_binary
 
 
 def _testcontainers_url() -> tuple[str, object] | None:

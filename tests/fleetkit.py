@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
-from replica.controller import FleetController
-from replica.pool import PausablePool
+from replica.control.controller import FleetController
+from replica.pool.pool import PausablePool
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,14 +193,14 @@ def run_cli(
     env: dict[str, str] | None = None,
     timeout: float = 60.0,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the installed ``fleetgate`` script (falls back to ``python -m coordinator.cli``)."""
+    """Run the installed ``fleetgate`` script (falls back to ``python -m coordinator.cli.app``)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETGATE_")}
     full_env.update(env or {})
     if redis_url is not None:
         full_env["FLEETGATE_REDIS_URL"] = redis_url
     if fleet is not None:
         full_env["FLEETGATE_FLEET"] = fleet
-    command = [FLEETGATE] if os.path.exists(FLEETGATE) else [sys.executable, "-m", "coordinator.cli"]
+    command = [FLEETGATE] if os.path.exists(FLEETGATE) else [sys.executable, "-m", "coordinator.cli.app"]
     return subprocess.run(
         [*command, *args], input=stdin, capture_output=True, text=True, timeout=timeout,
         env=full_env, cwd=ROOT,

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
-from coordinator.fleet import Fleet
-from coordinator.localredis import free_port
+from coordinator.demo.localredis import free_port
+from coordinator.fleet.fleet import Fleet
 from replica.contract import WORK_GROUP, Keys
 
 REPLICA = str(Path(sys.executable).with_name("fleetgate-replica"))

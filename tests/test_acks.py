@@ -1,4 +1,4 @@
-"""coordinator.acks: reading acknowledgements (the canonical fast path and JSON) and times."""
+"""coordinator.fleet.acks: reading acknowledgements (the canonical fast path and JSON) and times."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.acks import _CANONICAL_ACK, _fast_ack, _json_ack, _Times, _View
+from coordinator.fleet.acks import _CANONICAL_ACK, _fast_ack, _json_ack, _Times, _View
 from replica.contract import ACK_EVENTS, Ack, format_time
 
 T0 = datetime(2026, 11, 30, 8, 0, 0, 123000, tzinfo=UTC)

@@ -24,9 +24,9 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation.modes import GenerationMode
 
-from coordinator.api import create_app
-from coordinator.localredis import LocalRedis
+from coordinator.demo.localredis import LocalRedis
 from coordinator.settings import CoordinatorSettings
+from coordinator.web.api import create_app
 from replica.errors import ConfigError
 from tests.fleetkit import replicas
 
@@ -182,7 +182,7 @@ async def test_insecure_no_auth_records_anonymous_and_warns_loudly(
     redis_url: str, fleet_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = CoordinatorSettings.model_validate({"redis_url": redis_url, "fleet": fleet_name})
-    with caplog.at_level(logging.WARNING, logger="coordinator.api"):
+    with caplog.at_level(logging.WARNING, logger="coordinator.web.api"):
         app = create_app(settings, insecure_no_auth=True, run_watcher=False)
     assert "AUTHENTICATION IS OFF" in caplog.text
     async with client_for(app) as api:

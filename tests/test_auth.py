@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.auth import Operator, Role, TokenStore, bearer_token, load_tokens_file
 from coordinator.settings import CoordinatorSettings
+from coordinator.web.auth import Operator, Role, TokenStore, bearer_token, load_tokens_file
 from replica.errors import ConfigError
 
 ADMIN = "admin-token-0123456789"

@@ -12,14 +12,14 @@ from typing import Any
 import pybreaker
 import pytest
 
-from replica.breaker import (
+from replica.pool.pool import PausablePool
+from replica.service.breaker import (
     AsyncCircuitBreaker,
     BreakerOpen,
     follow_breaker,
     is_breaker_error,
     state_of,
 )
-from replica.pool import PausablePool
 
 
 class Color(enum.Enum):
@@ -115,7 +115,7 @@ async def test_the_pool_is_held_while_the_breaker_is_open_and_released_after(
     pool: PausablePool, follow: Callable[[PausablePool, Any], None],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="replica.breaker")
+    caplog.set_level(logging.WARNING, logger="replica.service.breaker")
     pool.hold("x", "test")
     for i in range(3):
         await pool.put(i)

@@ -1,4 +1,4 @@
-"""replica.channel: following the control channel, losing it, getting it back, pinging it."""
+"""replica.control.channel: following the control channel, losing it, getting it back, pinging it."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import redis.asyncio as aioredis
 from cpkit import until
 from redis.exceptions import ResponseError
 
-from coordinator.localredis import LocalRedis
-from replica.channel import ControlChannel
+from coordinator.demo.localredis import LocalRedis
+from replica.control.channel import ControlChannel
 
 
 class Follower:

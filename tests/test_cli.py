@@ -1,6 +1,6 @@
 """The fleetgate CLI against a real Redis and real replicas (pools with controllers).
 
-Most tests call ``coordinator.cli.main(argv)`` in-process with the replicas running in a thread
+Most tests call ``coordinator.cli.app.main(argv)`` in-process with the replicas running in a thread
 of their own; the exit-status tests also run the installed console script in a subprocess, to
 prove the promise as an operator sees it: one line on stderr, never a traceback.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import redis as syncredis
 
-from coordinator.cli import main
-from coordinator.localredis import free_port
+from coordinator.cli.app import main
+from coordinator.demo.localredis import free_port
 from replica.contract import Keys, parse_time
 from tests.fleetkit import FLEETGATE, ReplicaThread, run_cli
 

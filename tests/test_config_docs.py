@@ -29,7 +29,7 @@ def test_the_readme_configuration_section_is_what_the_generator_prints() -> None
 
 
 def test_every_replica_and_breaker_setting_is_documented() -> None:
-    from replica.settings import BreakerSettings, ReplicaSettings
+    from replica.service.settings import BreakerSettings, ReplicaSettings
 
     section = generator().section()
     for cls, prefix in ((ReplicaSettings, "FLEETGATE_"), (BreakerSettings, "FLEETGATE_BREAKER_")):

@@ -19,9 +19,9 @@ from cpkit import Replica, Replicas, until
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import replica
+import replica.contract
 from coordinator import Fleet
-from coordinator.localredis import LocalRedis
+from coordinator.demo.localredis import LocalRedis
 from replica import FleetController, PausablePool
 from replica.contract import (
     RECORD_FIELDS,
@@ -368,7 +368,7 @@ def test_garbage_on_the_control_channel_changes_nothing(redis_url: str, messages
 async def test_invalid_messages_are_logged_once_per_kind_and_counted(
     redis_url: str, redis: aioredis.Redis, fleet_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="replica.controller")
+    caplog.set_level(logging.WARNING, logger="replica.control.controller")
     async with Replicas(redis_url, fleet_name, 1, poll_interval=30.0) as replicas:
         controller = replicas.controllers[0]
         control = Keys(fleet_name).control
@@ -436,7 +436,7 @@ async def test_the_redis_cli_recipe_pauses_and_resumes_real_controllers(
     host, port = redis_url.split("//")[1].split("/")[0].split(":")
     keys = Keys(fleet_name)
     key = keys.state
-    script = str(Path(replica.__file__).with_name("set_state.lua"))
+    script = str(Path(replica.contract.__file__).with_name("set_state.lua"))
 
     def cli(*args: str) -> None:
         subprocess.run(["redis-cli", "-h", host, "-p", port, *args], check=True,
@@ -576,7 +576,7 @@ async def test_the_control_field_reads_disconnected_while_pubsub_is_refused(
 async def test_a_replica_without_write_access_to_the_state_counts_the_failed_restore_and_stays(
     private_redis: LocalRedis, fleet_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="replica.controller")
+    caplog.set_level(logging.WARNING, logger="replica.control.controller")
     admin = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
     await admin.execute_command(
         "ACL", "SETUSER", "replica", "on", ">pw", "resetkeys", "~fleetgate:*:replica:*",

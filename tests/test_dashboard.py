@@ -20,9 +20,9 @@ import pytest
 import redis as syncredis
 import uvicorn
 
-from coordinator.api import create_app
-from coordinator.localredis import free_port
+from coordinator.demo.localredis import free_port
 from coordinator.settings import CoordinatorSettings
+from coordinator.web.api import create_app
 from replica.contract import Keys, format_time, now_utc
 from tests.fleetkit import ReplicaThread, wait_until
 

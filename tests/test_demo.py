@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from coordinator.localredis import free_port
+from coordinator.demo.localredis import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -10,10 +10,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from replica import demo
-from replica.breaker import AsyncCircuitBreaker, BreakerOpen
 from replica.contract import Keys
-from replica.handlers import HandlerContext, use_context
-from replica.settings import ReplicaSettings
+from replica.service.breaker import AsyncCircuitBreaker, BreakerOpen
+from replica.service.handlers import HandlerContext, use_context
+from replica.service.settings import ReplicaSettings
 
 
 def ctx(redis: aioredis.Redis, fleet: str, seconds: float = 0.0) -> HandlerContext:

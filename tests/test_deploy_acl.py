@@ -356,7 +356,7 @@ def test_the_replica_can_maintain_its_own_record_and_registration(
 def test_the_replica_poll_pipeline_is_allowed(
     replica: redis.Redis, coordinator: redis.Redis, fleet: str, transaction: bool
 ) -> None:
-    """The poll of replica/controller.py: read the state and the live peers, refresh its record
+    """The poll of replica/control/controller.py: read the state and the live peers, refresh its record
     and registration, acknowledge; as a plain pipeline or inside MULTI/EXEC."""
     coordinator.hset(key(fleet, "state"), mapping={"paused": "0", "version": "3"})
     record = key(fleet, "replica:pod-1")
@@ -381,7 +381,7 @@ def test_the_replica_poll_pipeline_is_allowed(
 def test_the_replica_dead_letters_and_acks_in_one_transaction(
     replica: redis.Redis, coordinator: redis.Redis, fleet: str
 ) -> None:
-    """replica/source.py's _move_to_dead: XADD the dead letter and XACK the work item."""
+    """replica/service/source.py's _move_to_dead: XADD the dead letter and XACK the work item."""
     work = key(fleet, "work")
     replica.xgroup_create(work, "fleetgate", id="0", mkstream=True)
     entry = coordinator.xadd(work, {"item": "not json"})
@@ -717,10 +717,7 @@ def test_the_coordinator_is_confined_to_fleetgate_keys_and_harmless_commands(
 
 
 def _script(name: str) -> str:
-    found = sorted(p for p in REPO.glob(f"*/{name}") if p.parent.name in {"replica", "coordinator"})
-    if not found:
-        pytest.skip(f"{name} is not in replica/ or coordinator/ yet")
-    return found[0].read_text(encoding="utf-8")
+    return (REPO / "replica" / "contract" / name).read_text(encoding="utf-8")
 
 
 def test_the_codes_set_state_script_runs_for_the_coordinator_only(

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from replica.breaker import AsyncCircuitBreaker
 from replica.contract import Keys
 from replica.errors import ConfigError
-from replica.handlers import HandlerContext, context, load_handler, use_context
+from replica.service.breaker import AsyncCircuitBreaker
+from replica.service.handlers import HandlerContext, context, load_handler, use_context
 
 
 @pytest.fixture

@@ -1,10 +1,10 @@
-"""replica.holds: named holds, paused while any is on, awaitable both ways."""
+"""replica.pool.holds: named holds, paused while any is on, awaitable both ways."""
 
 from __future__ import annotations
 
 import asyncio
 
-from replica.holds import BREAKER_SOURCE, FLEET_SOURCE, OPERATOR_SOURCE, Holds
+from replica.pool.holds import BREAKER_SOURCE, FLEET_SOURCE, OPERATOR_SOURCE, Holds
 
 
 def test_held_while_any_source_holds_and_free_when_the_last_lets_go() -> None:

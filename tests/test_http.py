@@ -12,9 +12,9 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from replica.http import create_app
-from replica.pool import PausablePool
-from replica.settings import ReplicaSettings
+from replica.pool.pool import PausablePool
+from replica.service.http import create_app
+from replica.service.settings import ReplicaSettings
 
 TOKEN = "s3cret-token-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -159,7 +159,7 @@ async def test_operator_pause_answers_202_when_items_outlast_the_timeout() -> No
 async def test_admin_routes_refuse_a_missing_or_wrong_token_with_401_and_never_log_it(
     pool: PausablePool, caplog: pytest.LogCaptureFixture, headers: dict[str, Any], why: str
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="replica.http")
+    caplog.set_level(logging.WARNING, logger="replica.service.http")
     async with client_for(create_app(pool, make_settings())) as client:
         for method, path in (("GET", "/pool"), ("POST", "/pool/pause"), ("POST", "/pool/resume")):
             r = await client.request(method, path, headers=headers, json={"reason": "x"})

@@ -12,11 +12,11 @@ import redis.asyncio as aioredis
 from prometheus_client.parser import text_string_to_metric_families
 
 from replica.contract import AUDIT_MAXLEN, ITEM_FIELD, SET_STATE_LUA, Keys, format_time, now_utc
-from replica.controller import FleetController
-from replica.metrics import ReplicaMetrics
-from replica.pool import PausablePool
-from replica.settings import ReplicaSettings
-from replica.source import StreamSource
+from replica.control.controller import FleetController
+from replica.pool.pool import PausablePool
+from replica.service.metrics import ReplicaMetrics
+from replica.service.settings import ReplicaSettings
+from replica.service.source import StreamSource
 
 
 def samples(metrics: ReplicaMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -17,11 +17,11 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.api import create_app
-from coordinator.fleet import Fleet
-from coordinator.localredis import LocalRedis, free_port
-from coordinator.metrics import OverdueWatcher, render_metrics
+from coordinator.demo.localredis import LocalRedis, free_port
+from coordinator.fleet.fleet import Fleet
 from coordinator.settings import CoordinatorSettings
+from coordinator.web.api import create_app
+from coordinator.web.metrics import OverdueWatcher, render_metrics
 from replica.contract import Keys, format_time, now_utc
 from tests.fleetkit import FLEETGATE, ROOT, replicas, until
 
@@ -192,7 +192,7 @@ async def overdue(redis: aioredis.Redis, fleet_name: str) -> AsyncIterator[None]
 async def test_the_watcher_logs_a_structured_warning_per_interval_while_overdue(
     overdue: None, fleet: Fleet, fleet_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="coordinator.metrics")
+    caplog.set_level(logging.WARNING, logger="coordinator.web.metrics")
     watcher = await OverdueWatcher(fleet, watcher_settings()).start()
     try:
         await until(lambda: _true(watcher.warnings >= 3), timeout=20)
@@ -222,7 +222,7 @@ async def test_the_watcher_rate_limits_to_one_line_per_interval(
 async def test_the_watcher_says_so_once_when_the_pause_is_over(
     overdue: None, fleet: Fleet, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="coordinator.metrics")
+    caplog.set_level(logging.INFO, logger="coordinator.web.metrics")
     watcher = OverdueWatcher(fleet, watcher_settings())
     await watcher.check()
     await fleet.resume(by="erin")

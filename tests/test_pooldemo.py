@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from coordinator.pooldemo import run_pool_demo
+from coordinator.demo.pooldemo import run_pool_demo
 
 
 async def test_the_pool_demo_reports_no_start_during_the_hold_and_nothing_lost() -> None:
@@ -17,7 +17,7 @@ async def test_the_pool_demo_reports_no_start_during_the_hold_and_nothing_lost()
 
 def test_the_pool_demo_command_prints_its_figures_and_exits_zero() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "coordinator.pooldemo"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "coordinator.demo.pooldemo"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     assert "started during the hold 0" in done.stdout

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.localredis import LocalRedis
+from coordinator.demo.localredis import LocalRedis
 from tests.cpkit import Replicas, until
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.localredis import free_port
+from coordinator.demo.localredis import free_port
 from tests.fleetkit import ROOT
 
 README = ROOT / "README.md"

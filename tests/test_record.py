@@ -1,4 +1,4 @@
-"""replica.record: a replica's record and acknowledgements, as a change and a heartbeat write them."""
+"""replica.control.record: a replica's record and acknowledgements, as a change and a heartbeat write them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from cpkit import Replicas
 from coordinator import Fleet
 from replica import PausablePool
 from replica.contract import RECORD_FIELDS, Ack, Keys
-from replica.record import CHANGE_FIELDS, ReplicaRecord
+from replica.control.record import CHANGE_FIELDS, ReplicaRecord
 
 
 class Source:

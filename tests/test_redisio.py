@@ -1,4 +1,4 @@
-"""replica.redisio: the raw RESP writer, Link, and the cancellation and backoff helpers."""
+"""replica.control.redisio: the raw RESP writer, Link, and the cancellation and backoff helpers."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import redis.asyncio as aioredis
 from redis.connection import Connection
 
-from coordinator.localredis import LocalRedis
-from replica.redisio import (
+from coordinator.demo.localredis import LocalRedis
+from replica.control.redisio import (
     Backoff,
     Link,
     as_mapping,

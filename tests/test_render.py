@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from coordinator import render
-from coordinator.models import AuditEvent, ReplicaInfo, ReplicaResult, WaitReport
+from coordinator.fleet.models import AuditEvent, ReplicaInfo, ReplicaResult, WaitReport
 from replica.contract import FleetState
 
 NOW = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC)

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from coordinator.fleet import Fleet
+from coordinator.fleet.fleet import Fleet
 from replica.contract import Keys
 from tests.procs import (
     AUTH,

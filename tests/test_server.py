@@ -11,9 +11,9 @@ import time
 import httpx
 import pytest
 
-from coordinator.localredis import free_port
-from coordinator.server import JsonFormatter
+from coordinator.demo.localredis import free_port
 from coordinator.settings import redact
+from coordinator.web.server import JsonFormatter
 
 pytestmark = pytest.mark.slow
 

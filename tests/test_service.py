@@ -13,9 +13,9 @@ import redis.asyncio as aioredis
 
 from replica.contract import ITEM_FIELD, WORK_GROUP, Keys
 from replica.errors import ConfigError
-from replica.handlers import LoadedHandler, context, load_handler
-from replica.service import ReplicaService, bind_socket
-from replica.settings import ReplicaSettings
+from replica.service.handlers import LoadedHandler, context, load_handler
+from replica.service.service import ReplicaService, bind_socket
+from replica.service.settings import ReplicaSettings
 
 TOKEN = "service-token"
 seen_contexts: list[tuple[str, str]] = []
@@ -127,8 +127,8 @@ async def test_a_handler_with_a_breaker_gets_its_pool_paused_while_open(
     redis: aioredis.Redis, redis_url: str, fleet_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FLEETGATE_BREAKER_CHECK_INTERVAL", "0.05")
-    from replica.breaker import AsyncCircuitBreaker
-    from replica.settings import load_breaker_settings
+    from replica.service.breaker import AsyncCircuitBreaker
+    from replica.service.settings import load_breaker_settings
 
     handler = load_handler("replica.demo:flaky")
     breaker = AsyncCircuitBreaker(fail_max=1, reset_timeout=60)

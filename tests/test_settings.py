@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from replica.controller import FleetController
+from replica.control.controller import FleetController
 from replica.errors import ConfigError
-from replica.settings import (
+from replica.service.settings import (
     BreakerSettings,
     ReplicaSettings,
     load_breaker_settings,

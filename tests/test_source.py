@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from replica.breaker import AsyncCircuitBreaker, BreakerOpen
 from replica.contract import ITEM_FIELD, WORK_GROUP, Keys
-from replica.settings import ReplicaSettings
-from replica.source import StreamSource
+from replica.service.breaker import AsyncCircuitBreaker, BreakerOpen
+from replica.service.settings import ReplicaSettings
+from replica.service.source import StreamSource
 
 Handler = Callable[[Any], Awaitable[None]]
 
@@ -403,6 +403,6 @@ async def test_an_item_past_its_timeout_counts_as_timed_out_and_is_retried(
 
 @pytest.mark.parametrize("reply", [None, [], {}])
 def test_an_empty_read_reply_has_no_entries(reply: Any) -> None:
-    from replica.source import _entries
+    from replica.service.source import _entries
 
     assert _entries(reply) == []

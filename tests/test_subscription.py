@@ -1,4 +1,4 @@
-"""replica.subscription: push and pull modes against a real Redis, over TCP and over TLS."""
+"""replica.control.subscription: push and pull modes against a real Redis, over TCP and over TLS."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from coordinator import Fleet
-from coordinator.localredis import LocalRedis, free_port
-from replica.subscription import Subscription
+from coordinator.demo.localredis import LocalRedis, free_port
+from replica.control.subscription import Subscription
 
 
 def _raise_errors(reply: Any) -> None:

@@ -36,8 +36,8 @@ import redis.asyncio as aioredis
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from coordinator.fleet import Fleet
-from coordinator.localredis import LocalRedis, free_port
+from coordinator.demo.localredis import LocalRedis, free_port
+from coordinator.fleet.fleet import Fleet
 from replica.contract import Keys, parse_time
 
 ITEMS = 600

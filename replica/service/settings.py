@@ -39,7 +39,7 @@ def default_replica_id() -> str:
 
 def _controller_default(name: str) -> float:
     """A default of ``FleetController`` (one place decides it: the controller)."""
-    from replica.controller import FleetController
+    from replica.control.controller import FleetController
 
     return float(inspect.signature(FleetController).parameters[name].default)
 
@@ -189,7 +189,7 @@ class ReplicaSettings(BaseSettings):
 
 
 class BreakerSettings(BaseSettings):
-    """The default circuit breaker (``replica.breaker.AsyncCircuitBreaker()``) and how often the
+    """The default circuit breaker (``replica.service.breaker.AsyncCircuitBreaker()``) and how often the
     pool follows a handler's breaker."""
 
     model_config = SettingsConfigDict(env_prefix="FLEETGATE_BREAKER_", extra="ignore")

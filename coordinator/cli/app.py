@@ -39,8 +39,8 @@ from rich.console import Console
 
 from coordinator import render
 from coordinator.durations import InvalidDuration, parse_duration
-from coordinator.fleet import Fleet
-from coordinator.models import AuditEvent, ReplicaInfo, WaitReport
+from coordinator.fleet.fleet import Fleet
+from coordinator.fleet.models import AuditEvent, ReplicaInfo, WaitReport
 from coordinator.settings import CoordinatorSettings, check_reason, redact
 from replica.contract import MAX_STAGGER_S, FleetState
 from replica.errors import ConfigError, ContractError
@@ -461,7 +461,7 @@ def serve(
     fleet: FleetOption = None,
 ) -> None:
     """Serve the HTTP API, the dashboard and /metrics, and watch for forgotten pauses."""
-    from coordinator.server import serve_forever
+    from coordinator.web.server import serve_forever
 
     g: Globals = ctx.obj
     settings = g.settings(redis_url=redis_url, fleet=fleet, host=host, port=port)
@@ -486,7 +486,7 @@ def demo(
     """Run a real fleet (3 replicas, Redis, the API), pause it mid-run, resume, and print what
     it measured (exit 0 when every check held, 1 otherwise)."""
     if pool_only:
-        from coordinator import pooldemo
+        from coordinator.demo import pooldemo
 
         if json_out:
             import dataclasses
@@ -497,7 +497,7 @@ def demo(
         else:
             code = pooldemo.main()
     else:
-        from coordinator import demo as fleet_demo
+        from coordinator.demo import run as fleet_demo
 
         code = fleet_demo.main(serve=serve, json_out=json_out)
     if code:

@@ -53,12 +53,12 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
-from replica.breaker import OPEN, is_breaker_error, state_of
 from replica.contract import ITEM_FIELD, WORK_GROUP, format_time, now_utc
+from replica.control.redisio import cancel_bounded
 from replica.errors import ItemCancelled, ItemTimeout, PoolClosed
-from replica.pool import PausablePool
-from replica.redisio import cancel_bounded
-from replica.settings import ReplicaSettings
+from replica.pool.pool import PausablePool
+from replica.service.breaker import OPEN, is_breaker_error, state_of
+from replica.service.settings import ReplicaSettings
 from replica.types import Handler
 
 log = logging.getLogger(__name__)

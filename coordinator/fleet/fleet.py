@@ -27,8 +27,8 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from coordinator.acks import _WAIT_FIELDS, _fast_ack, _Times, _View
-from coordinator.models import (
+from coordinator.fleet.acks import _WAIT_FIELDS, _fast_ack, _Times, _View
+from coordinator.fleet.models import (
     WHY_IN_FLIGHT,
     WHY_RESUME_PENDING,
     WHY_STALE_VERSION,
@@ -57,9 +57,9 @@ from replica.contract import (
     timedelta_s,
     validate_fleet,
 )
+from replica.control.redisio import uncancelled
+from replica.control.subscription import Subscription
 from replica.errors import ContractError, InvalidMessage
-from replica.redisio import uncancelled
-from replica.subscription import Subscription
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -3,11 +3,11 @@
 One controller per replica. It holds two things open: a pub/sub subscription to
 ``fleetgate:{NAME}:control`` (pushes apply at once) and a loop that reads the state hash every
 ``poll_interval`` (the certainty: whatever came over the channel, the hash is applied). The
-same loop writes the replica record (``replica.record``): on every change at once, straight
+same loop writes the replica record (``replica.control.record``): on every change at once, straight
 onto the connection when it can, otherwise every ``heartbeat_interval`` in the poll's round
 trip, so a steady-state replica costs Redis about ``1/poll_interval + 3/heartbeat_interval``
 commands a second. Pushes are handled in the subscription's transport callback
-(``replica.subscription``), with no task switch per message.
+(``replica.control.subscription``), with no task switch per message.
 
 Rules, in the order they matter:
 
@@ -46,7 +46,6 @@ from typing import Any, Final
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from replica.channel import ControlChannel
 from replica.contract import (
     ACK_APPLIED,
     ACK_QUIET,
@@ -64,11 +63,9 @@ from replica.contract import (
     validate_fleet,
     validate_replica_id,
 )
-from replica.errors import ConfigError, InvalidMessage
-from replica.holds import CONTROL_PLANE_SOURCE, FLEET_SOURCE
-from replica.pool import PausablePool
-from replica.record import ReplicaRecord
-from replica.redisio import (
+from replica.control.channel import ControlChannel
+from replica.control.record import ReplicaRecord
+from replica.control.redisio import (
     NET_ERRORS,
     Backoff,
     Link,
@@ -76,6 +73,9 @@ from replica.redisio import (
     cancel_bounded,
     uncancelled,
 )
+from replica.errors import ConfigError, InvalidMessage
+from replica.pool.holds import CONTROL_PLANE_SOURCE, FLEET_SOURCE
+from replica.pool.pool import PausablePool
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from replica.errors import ItemCancelled, ItemTimeout, PoolClosed
-from replica.holds import Holds
+from replica.pool.holds import Holds
 from replica.types import ErrorHook, Handler, Item, Listener
 
 log = logging.getLogger(__name__)

@@ -31,16 +31,16 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 import uvicorn
 
-from replica.breaker import follow_breaker
-from replica.controller import FleetController
+from replica.control.controller import FleetController
+from replica.control.redisio import cancel_bounded
 from replica.errors import ConfigError
-from replica.handlers import HandlerContext, LoadedHandler, _context
-from replica.http import create_app
-from replica.metrics import ReplicaMetrics
-from replica.pool import DRAIN_SOURCE, PausablePool
-from replica.redisio import cancel_bounded
-from replica.settings import BreakerSettings, ReplicaSettings
-from replica.source import READ_BLOCK_S, StreamSource
+from replica.pool.pool import DRAIN_SOURCE, PausablePool
+from replica.service.breaker import follow_breaker
+from replica.service.handlers import HandlerContext, LoadedHandler, _context
+from replica.service.http import create_app
+from replica.service.metrics import ReplicaMetrics
+from replica.service.settings import BreakerSettings, ReplicaSettings
+from replica.service.source import READ_BLOCK_S, StreamSource
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from redis.exceptions import RedisError
 
 from coordinator.durations import format_age
-from coordinator.fleet import Fleet
+from coordinator.fleet.fleet import Fleet
 from coordinator.render import REPLICA_STATES, is_overdue, pause_age_s, summary
 from coordinator.settings import CoordinatorSettings
 from replica.contract import FleetState, format_time, now_utc

@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from replica import PausablePool
+from replica.pool import PausablePool
 
 
 @dataclass

@@ -20,8 +20,8 @@ from typing import Any, Final
 
 import uvicorn
 
-from coordinator.api import create_app
 from coordinator.settings import CoordinatorSettings, redact
+from coordinator.web.api import create_app
 
 log = logging.getLogger(__name__)
 

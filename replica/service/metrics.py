@@ -34,8 +34,8 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from replica.pool import PausablePool
-from replica.source import SourceStats
+from replica.pool.pool import PausablePool
+from replica.service.source import SourceStats
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 KNOWN_SOURCES: Final = ("fleet", "operator", "breaker", "control-plane", "drain")

@@ -35,10 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from replica.holds import FLEET_SOURCE, OPERATOR_SOURCE
-from replica.metrics import CONTENT_TYPE, ControlView, ReplicaMetrics, SourceView
-from replica.pool import PausablePool
-from replica.settings import ReplicaSettings
+from replica.pool.holds import FLEET_SOURCE, OPERATOR_SOURCE
+from replica.pool.pool import PausablePool
+from replica.service.metrics import CONTENT_TYPE, ControlView, ReplicaMetrics, SourceView
+from replica.service.settings import ReplicaSettings
 
 log = logging.getLogger(__name__)
 

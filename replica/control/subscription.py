@@ -25,7 +25,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, ResponseError
 
-from replica.redisio import bounded, pack, uncancelled
+from replica.control.redisio import bounded, pack, uncancelled
 
 OnReply = Callable[[Any], None]
 """Called with each reply in push mode; what it raises ends the subscription with that error."""

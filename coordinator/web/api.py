@@ -36,12 +36,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from coordinator.auth import ANONYMOUS, Operator, TokenStore
 from coordinator.durations import MAX_DURATION_S, MIN_DURATION_S
-from coordinator.fleet import Fleet
-from coordinator.metrics import CONTENT_TYPE, OverdueWatcher, render_metrics
+from coordinator.fleet.fleet import Fleet
 from coordinator.render import action_dict, history_dict, status_dict
 from coordinator.settings import MAX_REASON, CoordinatorSettings, check_reason
+from coordinator.web.auth import ANONYMOUS, Operator, TokenStore
+from coordinator.web.metrics import CONTENT_TYPE, OverdueWatcher, render_metrics
 from replica.contract import MAX_STAGGER_S
 from replica.errors import ConfigError, ContractError
 

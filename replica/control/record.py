@@ -51,9 +51,9 @@ from replica.contract import (
     format_time,
     now_utc,
 )
-from replica.holds import FLEET_SOURCE
-from replica.pool import PausablePool
-from replica.redisio import SKIP, pack, pack_arg
+from replica.control.redisio import SKIP, pack, pack_arg
+from replica.pool.holds import FLEET_SOURCE
+from replica.pool.pool import PausablePool
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ variable the service sets before the workers start), so the signature stays one 
 
 A circuit breaker is plugged in by giving the handler function, or its module, an attribute
 ``breaker`` (anything with a ``state`` of closed / open / half-open, e.g. a
-``replica.breaker.AsyncCircuitBreaker`` or a ``pybreaker.CircuitBreaker``): the service then
+``replica.service.breaker.AsyncCircuitBreaker`` or a ``pybreaker.CircuitBreaker``): the service then
 pauses the pool while it is open (``follow_breaker``).
 """
 
@@ -58,7 +58,7 @@ def context() -> HandlerContext:
     except LookupError:
         raise RuntimeError(
             "no fleetgate handler context: this handler runs inside a replica (or a test must "
-            "enter replica.handlers.use_context(...))"
+            "enter replica.service.handlers.use_context(...))"
         ) from None
 
 

@@ -37,8 +37,8 @@ from types import TracebackType
 from typing import Any, Final, Literal, Protocol, TypeVar, runtime_checkable
 
 from replica.errors import BreakerOpen
-from replica.holds import BREAKER_SOURCE
-from replica.pool import PausablePool
+from replica.pool.holds import BREAKER_SOURCE
+from replica.pool.pool import PausablePool
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ class AsyncCircuitBreaker:
         name: str = "breaker",
     ) -> None:
         if fail_max is None or reset_timeout is None:
-            from replica.settings import load_breaker_settings
+            from replica.service.settings import load_breaker_settings
 
             defaults = load_breaker_settings()
             fail_max = defaults.fail_max if fail_max is None else fail_max

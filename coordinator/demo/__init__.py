@@ -1,0 +1,1 @@
+"""``fleetgate demo``: a whole fleet on this machine, with a Redis of its own when needed."""

@@ -1,0 +1,1 @@
+"""The coordinator's web side: the authenticated API, the dashboard, metrics and the server."""

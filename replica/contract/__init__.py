@@ -1,0 +1,181 @@
+"""The Redis contract between the coordinator and the replicas: the leaf both sides import.
+
+Every key of a fleet carries the hash tag ``{NAME}`` so the fleet lives in one Cluster slot::
+
+    fleetgate:{NAME}:state          hash, the source of truth (see STATE_FIELDS)
+    fleetgate:{NAME}:control        pub/sub: each change as the JSON of the state
+    fleetgate:{NAME}:acks           pub/sub: replica acknowledgements (see Ack)
+    fleetgate:{NAME}:replicas       sorted set: replica id -> last heartbeat (ms since epoch)
+    fleetgate:{NAME}:replica:{ID}   hash per replica (see RECORD_FIELDS), expires unless renewed
+    fleetgate:{NAME}:audit          stream of every pause, resume and restore (capped)
+    fleetgate:{NAME}:work           stream of work items (field ``item``, JSON), group "fleetgate"
+    fleetgate:{NAME}:dead           dead letters
+    fleetgate:{NAME}:demo:done      demo bookkeeping
+    fleetgate:{NAME}:demo:log       demo bookkeeping
+
+Times are wall clock, ISO 8601 UTC with milliseconds (``2026-11-30T08:00:00.123Z``); in that
+canonical form they sort as strings, which the Lua scripts rely on.
+
+Values read from Redis may be ``bytes`` (a client without ``decode_responses``) or ``str``;
+everything here accepts both.
+
+The package loads neither redis nor pydantic. Its modules, one concept each: ``names`` (ids and
+field names), ``keys`` (``Keys``), ``clock`` (times), ``state`` (``FleetState``), ``acks``
+(``Ack``), ``scripts`` (the Lua scripts beside them).
+"""
+
+from __future__ import annotations
+
+from replica.contract.acks import (
+    Ack,
+)
+from replica.contract.clock import (
+    clock,
+    format_time,
+    now_utc,
+    parse_time,
+    timedelta_s,
+)
+from replica.contract.keys import (
+    Keys,
+)
+from replica.contract.names import (
+    A_ACTION,
+    A_AT,
+    A_BY,
+    A_REASON,
+    A_VERSION,
+    ACK_APPLIED,
+    ACK_EVENTS,
+    ACK_QUIET,
+    ACK_RESUMED,
+    AUDIT_FIELDS,
+    AUDIT_MAXLEN,
+    CONTROL_CONNECTED,
+    CONTROL_DISCONNECTED,
+    FLEET_NAME_RE,
+    ITEM_FIELD,
+    MAX_MESSAGE_BYTES,
+    MAX_STAGGER_S,
+    MAX_TEXT_LEN,
+    R_APPLIED_AT,
+    R_APPLIED_STATE,
+    R_APPLIED_VERSION,
+    R_CONTROL,
+    R_FAILED,
+    R_FLEET_HELD,
+    R_HEARTBEAT_AT,
+    R_HEARTBEAT_INTERVAL,
+    R_HOLDS,
+    R_HOST,
+    R_IN_FLIGHT,
+    R_PAUSED,
+    R_POLL_INTERVAL,
+    R_PROCESSED,
+    R_QUEUED,
+    R_QUIET,
+    R_QUIET_AT,
+    R_RESUME_AT,
+    R_STARTED_AT,
+    RECORD_FIELDS,
+    RECORD_TTL_HEARTBEATS,
+    REPLICA_ID_RE,
+    S_AUTO_RESUME_AT,
+    S_BY,
+    S_CHANGED_AT,
+    S_EXPECTED_UNTIL,
+    S_PAUSED,
+    S_REASON,
+    S_RESUME_STAGGER_S,
+    S_SINCE,
+    S_VERSION,
+    STALE_HEARTBEATS,
+    STATE_FIELDS,
+    WORK_GROUP,
+    decode_hash,
+    text,
+    validate_fleet,
+    validate_replica_id,
+)
+from replica.contract.scripts import (
+    RESTORE_STATE_LUA,
+    SET_STATE_LUA,
+    restore_args,
+)
+from replica.contract.state import (
+    FleetState,
+    check_text,
+    stagger_offset,
+)
+
+__all__ = [
+    "ACK_APPLIED",
+    "ACK_EVENTS",
+    "ACK_QUIET",
+    "ACK_RESUMED",
+    "AUDIT_FIELDS",
+    "AUDIT_MAXLEN",
+    "A_ACTION",
+    "A_AT",
+    "A_BY",
+    "A_REASON",
+    "A_VERSION",
+    "CONTROL_CONNECTED",
+    "CONTROL_DISCONNECTED",
+    "FLEET_NAME_RE",
+    "ITEM_FIELD",
+    "MAX_MESSAGE_BYTES",
+    "MAX_STAGGER_S",
+    "MAX_TEXT_LEN",
+    "RECORD_FIELDS",
+    "RECORD_TTL_HEARTBEATS",
+    "REPLICA_ID_RE",
+    "RESTORE_STATE_LUA",
+    "R_APPLIED_AT",
+    "R_APPLIED_STATE",
+    "R_APPLIED_VERSION",
+    "R_CONTROL",
+    "R_FAILED",
+    "R_FLEET_HELD",
+    "R_HEARTBEAT_AT",
+    "R_HEARTBEAT_INTERVAL",
+    "R_HOLDS",
+    "R_HOST",
+    "R_IN_FLIGHT",
+    "R_PAUSED",
+    "R_POLL_INTERVAL",
+    "R_PROCESSED",
+    "R_QUEUED",
+    "R_QUIET",
+    "R_QUIET_AT",
+    "R_RESUME_AT",
+    "R_STARTED_AT",
+    "SET_STATE_LUA",
+    "STALE_HEARTBEATS",
+    "STATE_FIELDS",
+    "S_AUTO_RESUME_AT",
+    "S_BY",
+    "S_CHANGED_AT",
+    "S_EXPECTED_UNTIL",
+    "S_PAUSED",
+    "S_REASON",
+    "S_RESUME_STAGGER_S",
+    "S_SINCE",
+    "S_VERSION",
+    "WORK_GROUP",
+    "Ack",
+    "FleetState",
+    "Keys",
+    "check_text",
+    "clock",
+    "decode_hash",
+    "format_time",
+    "now_utc",
+    "parse_time",
+    "restore_args",
+    "stagger_offset",
+    "text",
+    "timedelta_s",
+    "validate_fleet",
+    "validate_replica_id",
+]

@@ -1,0 +1,60 @@
+"""The Redis keys and channels of one fleet (``Keys``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from replica.contract.names import validate_fleet, validate_replica_id
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The Redis keys and channels of one fleet."""
+
+    fleet: str
+
+    def __post_init__(self) -> None:
+        validate_fleet(self.fleet)
+
+    @property
+    def prefix(self) -> str:
+        return f"fleetgate:{{{self.fleet}}}"
+
+    @property
+    def state(self) -> str:
+        return f"{self.prefix}:state"
+
+    @property
+    def control(self) -> str:
+        return f"{self.prefix}:control"
+
+    @property
+    def acks(self) -> str:
+        return f"{self.prefix}:acks"
+
+    @property
+    def replicas(self) -> str:
+        return f"{self.prefix}:replicas"
+
+    def replica(self, replica_id: str) -> str:
+        return f"{self.prefix}:replica:{validate_replica_id(replica_id)}"
+
+    @property
+    def audit(self) -> str:
+        return f"{self.prefix}:audit"
+
+    @property
+    def work(self) -> str:
+        return f"{self.prefix}:work"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.prefix}:dead"
+
+    @property
+    def demo_done(self) -> str:
+        return f"{self.prefix}:demo:done"
+
+    @property
+    def demo_log(self) -> str:
+        return f"{self.prefix}:demo:log"

@@ -1,0 +1,37 @@
+"""The Lua scripts that change a fleet's state atomically, and their arguments."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from importlib import resources
+from typing import Final
+
+from replica.contract.clock import format_time, now_utc
+from replica.contract.names import AUDIT_MAXLEN
+from replica.contract.state import FleetState
+
+
+def _script(name: str) -> str:
+    return resources.files("replica.contract").joinpath(name).read_text(encoding="utf-8")
+
+
+SET_STATE_LUA: Final = _script("set_state.lua")
+"""Pause or resume atomically: bump the version, write the hash, audit, publish."""
+RESTORE_STATE_LUA: Final = _script("restore_state.lua")
+"""Create the state hash from a replica's applied state if absent (the newest version wins;
+a pause is never replaced by a running state)."""
+
+
+def restore_args(state: FleetState, who: str, now: datetime | None = None) -> list[str]:
+    """ARGV for RESTORE_STATE_LUA (KEYS: state, audit, control)."""
+    args = [
+        str(state.version),
+        "1" if state.paused else "0",
+        format_time(now or now_utc()),
+        who,
+        str(AUDIT_MAXLEN),
+        state.to_json(),
+    ]
+    for k, v in state.to_hash().items():
+        args += [k, v]
+    return args
