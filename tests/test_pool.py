@@ -316,7 +316,7 @@ async def test_an_exception_in_on_error_is_logged_not_raised(caplog: pytest.LogC
     async def handler(item: int) -> None:
         raise ValueError("boom")
 
-    with caplog.at_level(logging.ERROR, logger="replica.pool.pool"):
+    with caplog.at_level(logging.ERROR, logger="replica.pool.worker"):
         async with PausablePool(handler, workers=1, on_error=on_error) as pool:
             pool.put_nowait(1)
             pool.put_nowait(2)

@@ -22,63 +22,24 @@ done, or handed back by ``drain()``.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from types import TracebackType
-from typing import Any, Final
+from typing import Final
 
-from replica.errors import ItemCancelled, ItemTimeout, PoolClosed
+from replica.errors import PoolClosed
+from replica.pool.crew import EMPTY, Crew, Worker
 from replica.pool.holds import Holds
+from replica.pool.listeners import Listeners
+from replica.pool.runner import ItemRunner
+from replica.pool.stats import PoolStats
+from replica.pool.waiters import Waiters
 from replica.types import ErrorHook, Handler, Item, Listener
 
 log = logging.getLogger(__name__)
 
-_EMPTY: Final = object()
 DRAIN_SOURCE: Final = "drain"
-
-
-@dataclass(frozen=True, slots=True)
-class PoolStats:
-    """A snapshot of the pool's counters and state."""
-
-    processed: int
-    """Items whose handler returned."""
-    failed: int
-    """Items whose handler raised (timeouts not included)."""
-    timed_out: int
-    """Items cancelled at ``item_timeout``."""
-    cancelled: int
-    """Items cut off by a drain past its deadline."""
-    put: int
-    """Items accepted by ``put()``/``put_nowait()`` in all."""
-    handed_back: int
-    """Items returned unstarted by ``drain()``."""
-    in_flight: int
-    queued: int
-    workers: int
-    maxsize: int
-    paused: bool
-    holds: Mapping[str, str]
-    paused_since: datetime | None
-    """Wall-clock UTC time the current pause began, or None while running."""
-    pause_seconds: float
-    """How long the current pause has lasted (0.0 while running)."""
-    closed: bool
-
-
-class _Worker:
-    """What one worker task is running (``_EMPTY`` while it is not running an item)."""
-
-    __slots__ = ("item", "task")
-
-    def __init__(self, task: asyncio.Task[None] | None) -> None:
-        self.task = task
-        self.item: Any = _EMPTY
 
 
 class PausablePool:
@@ -105,11 +66,9 @@ class PausablePool:
             raise ValueError("maxsize must be 0 (unbounded) or more")
         if item_timeout is not None and item_timeout <= 0:
             raise ValueError("item_timeout must be positive or None")
-        self._handler = handler
+        self._runner = ItemRunner(handler, item_timeout, on_error, name)
         self._workers = workers
         self._maxsize = maxsize
-        self._item_timeout = item_timeout
-        self._on_error = on_error
         self.name = name
         self.shutdown_grace_period_s = shutdown_grace_period_s
 
@@ -117,27 +76,19 @@ class PausablePool:
         self._idle: deque[asyncio.Future[None]] = deque()  # parked workers, oldest first
         self._waking = 0  # parked workers woken whose loop has not run yet
         self._open = True  # no hold is on: the one flag the hot path reads
-        self._putters: deque[asyncio.Future[None]] = deque()
-        self._quiet_waiters: list[asyncio.Future[None]] = []
-        self._join_waiters: list[asyncio.Future[None]] = []
-        self._listeners: list[Listener] = []
+        self._putters = Waiters(relay=True)  # producers waiting for room, oldest first
+        self._quiet_waiters = Waiters()
+        self._join_waiters = Waiters()
+        self._listeners = Listeners(name)
         self._holds = Holds()
         self._in_flight = 0
         self._unfinished = 0
-        self._busy: list[_Worker] = []
-        self._tasks: list[asyncio.Task[None]] = []
+        self._crew = Crew(name)
         self._closed = False
         self._started = False
-        self._ready = asyncio.Event()
-        self._ready_count = 0
         self._drained: list[Item] | None = None
         self.handed_back: list[Item] = []
         """Items the last drain returned unstarted (kept so ``async with`` loses nothing)."""
-
-        self._processed = 0
-        self._failed = 0
-        self._timed_out = 0
-        self._cancelled = 0
         self._put = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -149,12 +100,7 @@ class PausablePool:
         if self._started:
             return self
         self._started = True
-        self._tasks = [
-            asyncio.create_task(self._worker(), name=f"{self.name}-worker-{i}")
-            for i in range(self._workers)
-        ]
-        # Readiness handshake: start() returns once every worker is running its loop.
-        await self._ready.wait()
+        await self._crew.start(self._workers, self._worker)  # once every worker runs its loop
         return self
 
     async def __aenter__(self) -> PausablePool:
@@ -175,17 +121,10 @@ class PausablePool:
             try:
                 await self.drain(self.shutdown_grace_period_s if timeout is None else timeout)
             except BaseException:
-                await self._cancel_workers()
+                await self._crew.cancel_all()
                 raise
-        await self._cancel_workers()
+        await self._crew.cancel_all()
         return list(self.handed_back)
-
-    async def _cancel_workers(self) -> None:
-        tasks = [t for t in self._tasks if not t.done()]
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
 
     # ------------------------------------------------------------------ producers
 
@@ -203,32 +142,9 @@ class PausablePool:
 
     async def put(self, item: Item) -> None:
         """Add ``item``, waiting while the bounded queue is full (paused or not)."""
-        while self._maxsize and len(self._items) >= self._maxsize:
-            if self._closed:
-                break
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._putters.append(fut)
-            try:
-                await fut
-            except BaseException:
-                fut.cancel()
-                if fut in self._putters:
-                    self._putters.remove(fut)
-                # pass the wake-up on if we were woken and then cancelled
-                if not self._full():
-                    self._wake_putter()
-                raise
+        while self._maxsize and len(self._items) >= self._maxsize and not self._closed:
+            await self._putters.wait()  # woken once per item a worker takes (or by a drain)
         self.put_nowait(item)
-
-    def _full(self) -> bool:
-        return bool(self._maxsize) and len(self._items) >= self._maxsize
-
-    def _wake_putter(self) -> None:
-        while self._putters:
-            fut = self._putters.popleft()
-            if not fut.done():
-                fut.set_result(None)
-                return
 
     # ------------------------------------------------------------------ pause switch
 
@@ -246,9 +162,9 @@ class PausablePool:
                 "%s paused by %s (%s): %d in flight, %d queued",
                 self.name, source, reason, self._in_flight, self.queued,
             )
-            self._emit("paused")
+            self._listeners.emit("paused")
             if self._in_flight == 0:
-                self._emit("quiet")
+                self._listeners.emit("quiet")
         else:
             log.info("%s hold %s: %s (held by %s)", self.name, source, reason, self._holds.names())
         return just_paused
@@ -274,7 +190,7 @@ class PausablePool:
         if resumed and not self._closed:
             log.info("%s resumed by %s: %d queued", self.name, source, self.queued)
             self._dispatch()
-            self._emit("resumed")
+            self._listeners.emit("resumed")
         else:
             log.info("%s released by %s, still held by %s", self.name, source, self._holds.names())
         return resumed
@@ -283,16 +199,8 @@ class PausablePool:
 
     async def wait_quiet(self, timeout: float | None = None) -> None:
         """Wait until nothing is in flight (does not pause by itself)."""
-        if self._in_flight == 0:
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._quiet_waiters.append(fut)
-        try:
-            async with asyncio.timeout(timeout):
-                await fut
-        finally:
-            if fut in self._quiet_waiters:
-                self._quiet_waiters.remove(fut)
+        if self._in_flight:
+            await self._quiet_waiters.wait(timeout)
 
     async def wait_for(self, paused: bool) -> None:
         """Wait until the pool is paused (``True``) or running (``False``)."""
@@ -301,11 +209,10 @@ class PausablePool:
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(event)`` on "paused", "resumed", "quiet" (paused and nothing in
         flight) and "drained". Listeners run synchronously and must not block."""
-        self._listeners.append(listener)
+        self._listeners.add(listener)
 
     def remove_listener(self, listener: Listener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
+        self._listeners.remove(listener)
 
     # ------------------------------------------------------------------ state
 
@@ -345,11 +252,12 @@ class PausablePool:
 
     def stats(self) -> PoolStats:
         since = self._holds.since_monotonic
+        runner = self._runner
         return PoolStats(
-            processed=self._processed,
-            failed=self._failed,
-            timed_out=self._timed_out,
-            cancelled=self._cancelled,
+            processed=runner.processed,
+            failed=runner.failed,
+            timed_out=runner.timed_out,
+            cancelled=runner.cancelled,
             put=self._put,
             handed_back=len(self.handed_back),
             in_flight=self._in_flight,
@@ -367,16 +275,8 @@ class PausablePool:
 
     async def join(self, timeout: float | None = None) -> None:
         """Wait until every item put so far is done (or handed back)."""
-        if self._unfinished == 0:
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._join_waiters.append(fut)
-        try:
-            async with asyncio.timeout(timeout):
-                await fut
-        finally:
-            if fut in self._join_waiters:
-                self._join_waiters.remove(fut)
+        if self._unfinished:
+            await self._join_waiters.wait(timeout)
 
     async def drain(self, timeout: float | None = 30.0) -> list[Item]:
         """Stop taking items, let in-flight ones finish, return the unstarted ones in order.
@@ -395,31 +295,23 @@ class PausablePool:
         self._unfinished -= len(unstarted)
         self.handed_back = unstarted
         self._drained = unstarted
-        for fut in self._putters:
-            if not fut.done():
-                fut.set_result(None)  # they will see PoolClosed
+        self._putters.wake_all()  # they will see PoolClosed
         log.info(
             "%s draining: %d in flight, %d handed back", self.name, self._in_flight, len(unstarted)
         )
         try:
             await self.wait_quiet(timeout)
         except TimeoutError:
-            running = [w.task for w in self._busy if w.item is not _EMPTY and w.task is not None]
+            running = self._crew.cancel_running()
             log.warning(
-                "%s drain deadline (%ss) passed: cancelling %d in-flight items",
+                "%s drain deadline (%ss) passed: cancelled %d in-flight items",
                 self.name, timeout, len(running),
             )
-            for task in running:
-                task.cancel()
-            await asyncio.shield(self._gather_cancelled(running))
+            if running:  # each reports its item to on_error (ItemCancelled), then ends
+                await asyncio.shield(asyncio.wait(running, timeout=5.0))
         self._check_join()
-        self._emit("drained")
+        self._listeners.emit("drained")
         return list(unstarted)
-
-    async def _gather_cancelled(self, tasks: list[asyncio.Task[Any]]) -> None:
-        # Worker tasks catch the cancellation of their item, report it and exit.
-        if tasks:
-            await asyncio.wait(tasks, timeout=5.0)
 
     # ------------------------------------------------------------------ internals
 
@@ -432,46 +324,35 @@ class PausablePool:
         while self._idle and self._open and self._waking < len(self._items):
             self._wake_one()
 
-    def _emit(self, event: str) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(event)
-            except Exception:
-                log.exception("%s listener failed on %s", self.name, event)
-
     def _check_join(self) -> None:
         if self._unfinished == 0 and self._join_waiters:
-            for fut in self._join_waiters:
-                if not fut.done():
-                    fut.set_result(None)
+            self._join_waiters.wake_all()
 
     def _settle(self) -> None:
         """Called when in-flight work drops to zero or every item is done."""
         if self._in_flight == 0:
-            for fut in self._quiet_waiters:
-                if not fut.done():
-                    fut.set_result(None)
+            self._quiet_waiters.wake_all()
             if not self._open and self._listeners:
-                self._emit("quiet")
+                self._listeners.emit("quiet")
         if self._unfinished == 0:
             self._check_join()
 
-    async def _worker(self) -> None:
+    async def _worker(self, me: Worker) -> None:
         loop = asyncio.get_running_loop()
         items = self._items
-        handler = self._handler
-        me = _Worker(asyncio.current_task())
-        self._busy.append(me)
-        self._ready_count += 1
-        if self._ready_count == self._workers:
-            self._ready.set()
+        runner = self._runner
+        handler = runner.handler
+        putters = self._putters
+        waiting_putters = putters.pending
+        quiet_waiters = self._quiet_waiters.pending
+        self._crew.arrive()
         while True:
             # -- take the head, only while the gate is open; the handler is entered in this
             # same synchronous step, so start order is pop order is put order.
             if self._open and items:
                 item = items.popleft()
-                if self._putters:
-                    self._wake_putter()
+                if waiting_putters:
+                    putters.wake_one()
             else:
                 fut: asyncio.Future[None] = loop.create_future()
                 self._idle.append(fut)
@@ -490,74 +371,34 @@ class PausablePool:
             self._in_flight += 1
             me.item = item
             try:
-                if self._item_timeout is None:
+                if runner.item_timeout is None:
                     await handler(item)
                 else:
-                    await self._call_with_deadline(item)
-                self._processed += 1
+                    await runner.call_with_deadline(item)
+                runner.processed += 1
             except asyncio.CancelledError:
-                self._cancelled += 1
                 self._done(me)
-                await self._report_cancelled(item)
+                await runner.cancelled_item(item)
                 raise
             except Exception as exc:
                 try:
-                    await self._failed_item(item, exc)
+                    await runner.failed_item(item, exc)
                 finally:
                     self._done(me)
                 continue
             # -- done (inlined _done: this is the hot path)
-            me.item = _EMPTY
+            me.item = EMPTY
             self._in_flight -= 1
             self._unfinished -= 1
-            if not self._in_flight and (self._quiet_waiters or not self._open or not self._unfinished):
+            if not self._in_flight and (quiet_waiters or not self._open or not self._unfinished):
                 self._settle()
 
-    def _done(self, me: _Worker) -> None:
-        me.item = _EMPTY
+    def _done(self, me: Worker) -> None:
+        me.item = EMPTY
         self._in_flight -= 1
         self._unfinished -= 1
         if not self._in_flight or not self._unfinished:
             self._settle()
 
-    async def _call_with_deadline(self, item: Item) -> None:
-        deadline = asyncio.timeout(self._item_timeout)
-        try:
-            async with deadline:
-                await self._handler(item)
-        except TimeoutError as exc:
-            if deadline.expired():
-                raise ItemTimeout(f"item ran past item_timeout={self._item_timeout}s") from exc
-            raise
 
-    async def _failed_item(self, item: Item, exc: Exception) -> None:
-        if isinstance(exc, ItemTimeout):
-            self._timed_out += 1
-            log.warning("%s item timed out after %ss", self.name, self._item_timeout)
-        else:
-            self._failed += 1
-        await self._report(item, exc)
-
-    async def _report(self, item: Item, exc: BaseException) -> None:
-        if self._on_error is None:
-            if not isinstance(exc, TimeoutError):
-                log.error("%s handler failed: %r", self.name, exc)
-            return
-        try:
-            result = self._on_error(item, exc)
-            if inspect.isawaitable(result):
-                await result
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("%s on_error hook failed", self.name)
-
-    async def _report_cancelled(self, item: Item) -> None:
-        # We are being cancelled: report within a bound, then let the cancellation through.
-        try:
-            async with asyncio.timeout(1.0):
-                await self._report(item, ItemCancelled("drain deadline passed"))
-        except (TimeoutError, asyncio.CancelledError):
-            log.warning("%s on_error for a cancelled item did not finish", self.name)
-
-
+__all__ = ["DRAIN_SOURCE", "PausablePool", "PoolStats"]
