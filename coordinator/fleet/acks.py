@@ -38,13 +38,20 @@ _WAIT_FIELDS: Final = (
     R_APPLIED_VERSION, R_FLEET_HELD, R_QUIET, R_IN_FLIGHT, R_APPLIED_AT, R_QUIET_AT,
     R_CONTROL, R_HEARTBEAT_AT, R_HEARTBEAT_INTERVAL, R_RESUME_AT,
 )
+"""The record fields ``wait`` reads (``_View.from_record``)."""
+
 
 class _View:
-    """What ``wait`` knows of one replica."""
+    """What ``wait`` knows of one replica.
+
+    ``confirmed``: what decides whether it got there came from its record (read after any
+    acknowledgement taken into account), not from an acknowledgement alone. ``suspect``: its
+    record contradicted its acknowledgements (another replica of the same Redis user may have
+    forged them): for the rest of the wait only its record counts."""
 
     __slots__ = (
-        "alive", "applied_at", "applied_version", "control", "fleet_held", "id", "in_flight",
-        "quiet", "quiet_at", "resume_at",
+        "alive", "applied_at", "applied_version", "confirmed", "control", "fleet_held", "id",
+        "in_flight", "quiet", "quiet_at", "resume_at", "suspect",
     )
 
     def __init__(self, replica_id: str) -> None:
@@ -58,6 +65,8 @@ class _View:
         self.quiet_at: Any = None
         self.resume_at: Any = None
         self.control = "unknown"
+        self.confirmed = False
+        self.suspect = False
 
     def reached(self, version: int, pause: bool) -> bool:
         if self.applied_version < version:
@@ -66,9 +75,16 @@ class _View:
             return self.fleet_held and self.quiet
         return not self.fleet_held
 
-    def from_record(self, values: Sequence[Any], now: float) -> None:
-        v = dict(zip(_WAIT_FIELDS, (text(x) if x is not None else None for x in values),
-                     strict=True))
+    def from_record(self, values: Sequence[Any] | None, now: float) -> None:
+        """The record's word, which is final: a record read after an acknowledgement arrived
+        holds at least what the acknowledgement said (replicas write the record, then publish),
+        so where the two differ the acknowledgement was not the replica's. ``values`` are the
+        ``_WAIT_FIELDS`` (None or empty: the record is gone or is not a hash)."""
+        self.confirmed = True
+        v: dict[str, str | None] = dict.fromkeys(_WAIT_FIELDS)
+        if values:
+            v.update(zip(_WAIT_FIELDS, (text(x) if x is not None else None for x in values),
+                         strict=False))
         if v[R_APPLIED_VERSION] is None and v[R_HEARTBEAT_AT] is None:
             self.alive = False  # the record expired
             self.control = "unknown"
@@ -77,18 +93,20 @@ class _View:
             interval = float(v[R_HEARTBEAT_INTERVAL] or 10.0)
             beat = parse_time(v[R_HEARTBEAT_AT])
             version = int(v[R_APPLIED_VERSION] or 0)
+            in_flight = int(v[R_IN_FLIGHT] or 0)
         except (ValueError, ContractError):
             self.alive = False
             return
         self.alive = beat is not None and now - beat.timestamp() <= STALE_HEARTBEATS * interval
-        if version >= self.applied_version:
-            self.applied_version = version
-            self.fleet_held = v[R_FLEET_HELD] == "1"
-            self.quiet = v[R_QUIET] == "1"
-            self.in_flight = int(v[R_IN_FLIGHT] or 0)
-            self.applied_at = _dt(v[R_APPLIED_AT]) or self.applied_at
-            self.quiet_at = _dt(v[R_QUIET_AT]) if self.quiet else None
-            self.resume_at = _dt(v[R_RESUME_AT])
+        if version != self.applied_version:
+            self.applied_at = None
+        self.applied_version = version
+        self.fleet_held = v[R_FLEET_HELD] == "1"
+        self.quiet = v[R_QUIET] == "1"
+        self.in_flight = in_flight
+        self.applied_at = _dt(v[R_APPLIED_AT]) or self.applied_at
+        self.quiet_at = _dt(v[R_QUIET_AT]) if self.quiet else None
+        self.resume_at = _dt(v[R_RESUME_AT])
         self.control = v[R_CONTROL] or "unknown"
 
     def from_ack(self, ack: _AckFields) -> None:
@@ -97,6 +115,7 @@ class _View:
         self.control = CONTROL_CONNECTED
         if version < self.applied_version:
             return
+        self.confirmed = False
         if version > self.applied_version or self.applied_at is None:
             self.applied_at = at
         self.applied_version = version

@@ -121,7 +121,7 @@ class ReplicaInfo:
         try:
             holds_raw = json.loads(h.get(R_HOLDS) or "{}")
             holds = {str(k): str(v) for k, v in holds_raw.items()} if isinstance(holds_raw, dict) else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             holds = {}
         applied_state: FleetState | None = None
         if h.get(R_APPLIED_STATE):
@@ -183,6 +183,17 @@ class ReplicaInfo:
             "applied_state": self.applied_state.to_dict() if self.applied_state else None,
             "extra": dict(self.extra),
         }
+
+
+@dataclass(frozen=True, slots=True)
+class FleetStatus:
+    """The state and every replica, read together (``Fleet.status()``)."""
+
+    state: FleetState
+    replicas: list[ReplicaInfo]
+    unreadable: int = 0
+    """Entries skipped because they cannot be read: members of the ``replicas`` set that are
+    not replica ids (or whose score is not a number), record keys that are not hashes."""
 
 
 @dataclass(slots=True)
@@ -290,6 +301,7 @@ __all__ = [
     "WHY_STALE_VERSION",
     "WHY_UNREACHABLE",
     "AuditEvent",
+    "FleetStatus",
     "ReplicaInfo",
     "ReplicaResult",
     "WaitReport",

@@ -21,7 +21,8 @@ everything here accepts both.
 
 The package loads neither redis nor pydantic. Its modules, one concept each: ``names`` (ids and
 field names), ``keys`` (``Keys``), ``clock`` (times), ``state`` (``FleetState``), ``acks``
-(``Ack``), ``scripts`` (the Lua scripts beside them).
+(``Ack``), ``reasons`` (what an operator may write: ``check_reason``, ``check_by``),
+``scripts`` (the Lua scripts beside them).
 """
 
 from __future__ import annotations
@@ -97,6 +98,13 @@ from replica.contract.names import (
     validate_fleet,
     validate_replica_id,
 )
+from replica.contract.reasons import (
+    MAX_BY,
+    MAX_REASON,
+    check_by,
+    check_optional_reason,
+    check_reason,
+)
 from replica.contract.scripts import (
     RESTORE_STATE_LUA,
     SET_STATE_LUA,
@@ -104,7 +112,6 @@ from replica.contract.scripts import (
 )
 from replica.contract.state import (
     FleetState,
-    check_text,
     stagger_offset,
 )
 
@@ -124,7 +131,9 @@ __all__ = [
     "CONTROL_DISCONNECTED",
     "FLEET_NAME_RE",
     "ITEM_FIELD",
+    "MAX_BY",
     "MAX_MESSAGE_BYTES",
+    "MAX_REASON",
     "MAX_STAGGER_S",
     "MAX_TEXT_LEN",
     "RECORD_FIELDS",
@@ -166,7 +175,9 @@ __all__ = [
     "Ack",
     "FleetState",
     "Keys",
-    "check_text",
+    "check_by",
+    "check_optional_reason",
+    "check_reason",
     "clock",
     "decode_hash",
     "format_time",

@@ -249,18 +249,6 @@ def _time_field(data: dict[str, Any], name: str) -> datetime | None:
         raise InvalidMessage("bad_field", name) from None
 
 
-def check_text(name: str, value: str) -> str:
-    """Validate a ``reason`` or ``by`` given by an operator (raises ``ContractError``)."""
-    if not isinstance(value, str):
-        raise ContractError(f"{name} must be a string")
-    if len(value) > MAX_TEXT_LEN:
-        raise ContractError(f"{name} is longer than {MAX_TEXT_LEN} characters")
-    return value
-
-
-
-
-
 def stagger_offset(replica_id: str, window_s: float, peers: Sequence[str] | None = None) -> float:
     """How long after the resume this replica resumes, within a window of ``window_s`` seconds.
 

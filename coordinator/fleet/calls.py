@@ -1,0 +1,116 @@
+"""How the coordinator's library calls Redis: reads, and the scripts that change a fleet.
+
+A read that fails on a connection that died with a Redis restart is sent once more (``again``):
+a client keeps such connections, and redis-py (8.1) does not always retry on them.
+
+A change (``ChangeScript``) is sent once, on a connection taken from the client's pool and
+checked before anything goes out, so that two failures are told apart:
+
+* nothing was sent (no connection, the connection found dead before writing): the error is
+  raised as it is (``ConnectionError``, ``TimeoutError``: "Redis unreachable"), after one more
+  try on a fresh connection;
+* the script was sent and no answer came (the reply timed out, the connection dropped while
+  waiting): ``OutcomeUnknown``. The change may have been applied; read the state to know. It is
+  not sent again: a pause sent twice bumps the version twice, and the caller must decide.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from replica.control.redisio import uncancelled
+from replica.errors import OutcomeUnknown
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_LOST = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
+"""What a call that got no answer raises."""
+
+
+async def again(call: Callable[[], Awaitable[T]]) -> T:
+    """Run a Redis read, once more after a ConnectionError (a connection that died with a
+    Redis restart). Only for calls whose second run is harmless."""
+    try:
+        return await uncancelled(call())
+    except RedisConnectionError:
+        return await uncancelled(call())
+
+
+class _NotSent(Exception):
+    """The connection failed before the change went out (internal: becomes its cause)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class ChangeScript:
+    """A Lua script that changes a fleet, called so that a lost answer is ``OutcomeUnknown``.
+
+    The script is sent by its SHA; a server that does not know it gets ``SCRIPT LOAD`` first
+    (no ``EVAL``: the deployment's ACL may refuse it)."""
+
+    def __init__(self, redis: Redis, lua: str) -> None:
+        self._redis = redis
+        self._script = redis.register_script(lua)
+
+    async def __call__(self, keys: Sequence[str], args: Sequence[str], what: str) -> Any:
+        """The script's reply. ``what`` names the change in an error ("pause of fleet x")."""
+        for attempt in range(2):
+            try:
+                return await uncancelled(self._send(list(keys), list(args), what))
+            except _NotSent as exc:
+                if attempt:
+                    raise exc.cause from None
+                log.debug("%s: the connection failed before sending (%r): trying a fresh one",
+                          what, exc.cause)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _send(self, keys: list[str], args: list[str], what: str) -> Any:
+        pool = self._redis.connection_pool
+        conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # checked: sent nothing
+        try:
+            command = ("EVALSHA", self._script.sha, len(keys), *keys, *args)
+            try:
+                return await _request(conn, command, what)
+            except NoScriptError:
+                await _request(conn, ("SCRIPT", "LOAD", self._script.script), what, load=True)
+                return await _request(conn, command, what)
+        finally:
+            await pool.release(conn)
+
+
+async def _request(conn: Any, command: tuple[Any, ...], what: str, *, load: bool = False) -> Any:
+    """Send ``command`` on ``conn`` and read its reply (a ``SCRIPT LOAD`` changes nothing: its
+    lost answer is an error like any read's)."""
+    try:
+        if not conn.is_connected:
+            await conn.connect()
+        await conn.send_command(*command)
+    except RedisTimeoutError as exc:
+        if load:
+            raise
+        # a write that timed out may have put part or all of the command on the wire
+        raise OutcomeUnknown(_unknown(what, exc)) from exc
+    except (RedisConnectionError, OSError) as exc:
+        raise _NotSent(exc) from exc
+    try:
+        return await conn.read_response()
+    except _LOST as exc:
+        if load:
+            raise
+        raise OutcomeUnknown(_unknown(what, exc)) from exc
+
+
+def _unknown(what: str, exc: BaseException) -> str:
+    cause = " ".join(str(exc).split()) or type(exc).__name__
+    return (f"the {what} was sent to Redis and no answer came ({cause}): it may have been "
+            "applied; read the fleet's state before trying again")

@@ -1,0 +1,179 @@
+"""What changes a fleet: a pause, a resume, and the restore of a state hash Redis forgot.
+
+A change is one script (``replica/contract/set_state.lua``): bump the version, write the state
+hash, append to the audit stream, publish on the control channel, and answer with the new
+state and the registered replicas (what ``wait`` reads first, so it need not read it again).
+What an operator writes (``reason``, ``by``) is checked by the contract's one rule
+(``check_reason``, ``check_by``) before anything is sent. A script that was sent and got no
+answer raises ``OutcomeUnknown`` (see ``coordinator.fleet.calls``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final
+
+from redis.asyncio import Redis
+
+from coordinator.fleet.calls import ChangeScript
+from coordinator.fleet.reads import Members, Reads, parse_flat_members
+from replica.contract import (
+    AUDIT_MAXLEN,
+    MAX_STAGGER_S,
+    R_APPLIED_STATE,
+    RESTORE_STATE_LUA,
+    SET_STATE_LUA,
+    FleetState,
+    Keys,
+    check_by,
+    check_optional_reason,
+    check_reason,
+    format_time,
+    now_utc,
+    restore_args,
+    text,
+    timedelta_s,
+)
+from replica.errors import ContractError, InvalidMessage
+
+log = logging.getLogger(__name__)
+
+PRUNE_AFTER: Final = timedelta(hours=1)
+"""A replica id silent this long leaves the ``replicas`` set at the next change."""
+
+
+@dataclass(frozen=True, slots=True)
+class LastChange:
+    """What the last change answered: ``wait`` on its version reads it instead of Redis for
+    a moment (``at`` is ``time.monotonic()``)."""
+
+    state: FleetState
+    members: Members
+    at: float
+
+
+class Changes:
+    """The changes of one fleet (``Fleet`` delegates to it)."""
+
+    def __init__(self, redis: Redis, name: str, keys: Keys, reads: Reads) -> None:
+        self._name = name
+        self._keys = keys
+        self._reads = reads
+        self._set_state = ChangeScript(redis, SET_STATE_LUA)
+        self._restore = ChangeScript(redis, RESTORE_STATE_LUA)
+        self.last: LastChange | None = None
+
+    async def pause(
+        self,
+        reason: str,
+        by: str,
+        expected_for: timedelta | float | None,
+        auto_resume_after: timedelta | float | None,
+        resume_stagger: timedelta | float | None,
+    ) -> FleetState:
+        reason = check_reason(reason)
+        by = check_by(by)
+        now = now_utc()
+        expected = _positive("expected_for", expected_for)
+        auto = _positive("auto_resume_after", auto_resume_after)
+        return await self._change(
+            "pause", reason, by, now,
+            expected_until=now + expected if expected is not None else None,
+            auto_resume_at=now + auto if auto is not None else None,
+            stagger=resume_stagger,
+        )
+
+    async def resume(
+        self, by: str, stagger: timedelta | float | None, reason: str | None
+    ) -> FleetState:
+        by = check_by(by)
+        checked = check_optional_reason(reason)
+        return await self._change("resume", checked or "", by, now_utc(), stagger=stagger)
+
+    async def _change(
+        self,
+        action: str,
+        reason: str,
+        by: str,
+        now: datetime,
+        expected_until: datetime | None = None,
+        auto_resume_at: datetime | None = None,
+        stagger: timedelta | float | None = None,
+    ) -> FleetState:
+        window = timedelta_s(stagger)
+        if not 0 <= window <= MAX_STAGGER_S:
+            raise ContractError(f"stagger must be 0 to {MAX_STAGGER_S:g} seconds")
+        keys = self._keys
+        prune_before = int((now - PRUNE_AFTER).timestamp() * 1000)
+        args: list[str] = [
+            action, reason, by, format_time(now), format_time(expected_until),
+            format_time(auto_resume_at), f"{window:g}", self._name, str(AUDIT_MAXLEN), "0",
+            str(prune_before),
+        ]
+        script_keys = [keys.state, keys.audit, keys.control, keys.replicas]
+        what = f"{action} of fleet {self._name}"
+        result = await self._set_state(script_keys, args, what)
+        if text(result[0]) == "missing":
+            # Redis forgot the hash, or the fleet was never paused: put back what the
+            # replicas applied (if anything) before changing it, so versions never go back
+            if await self.restore_if_missing():
+                log.warning("fleet %s: the state hash was missing at %s: restored it from the "
+                            "replica records first", self._name, action)
+            args[9] = "1"
+            result = await self._set_state(script_keys, args, what)
+        status = text(result[0])
+        fields = [text(x) for x in result[1]]
+        state = FleetState.from_hash(self._name, dict(zip(fields[::2], fields[1::2], strict=True)))
+        members = parse_flat_members(result[2])
+        self._reads.noted(members.unreadable)
+        # what wait(state.version) would read first: kept for a moment, saves a round trip
+        self.last = LastChange(state, members, time.monotonic())
+        if status == "ok":
+            log.info("fleet %s: %s v%d by %s%s", self._name,
+                     "paused" if state.paused else "resumed", state.version, by,
+                     f" ({reason})" if reason else "")
+        return state
+
+    async def restore_if_missing(self) -> bool:
+        snapshot = await self._reads.snapshot()
+        ids = list(snapshot.members.scores)
+        newest: FleetState | None = None
+        for values in await self._reads.records(ids, (R_APPLIED_STATE,)):
+            raw = values[0] if values else None
+            if raw is None or raw == b"" or raw == "":
+                continue
+            try:
+                applied = FleetState.from_json(text(raw), self._name)
+            except InvalidMessage:
+                continue
+            if newest is None or applied.version > newest.version:
+                newest = applied
+        if newest is None or newest.version == 0:
+            return False
+        if snapshot.state.version >= newest.version:
+            return False
+        keys = self._keys
+        written = await self._restore(
+            [keys.state, keys.audit, keys.control], restore_args(newest, "coordinator"),
+            f"restore of fleet {self._name}",
+        )
+        if int(written):
+            log.warning("fleet %s: restored the state hash at v%d (%s) from the replica records",
+                        self._name, newest.version, "paused" if newest.paused else "running")
+            return True
+        return False
+
+
+def _positive(name: str, value: timedelta | float | None) -> timedelta | None:
+    if value is None:
+        return None
+    seconds = timedelta_s(value)
+    if not seconds > 0:
+        raise ContractError(f"{name} must be positive")
+    return timedelta(seconds=seconds)
+
+
+__all__ = ["PRUNE_AFTER", "Changes", "LastChange"]

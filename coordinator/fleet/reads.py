@@ -1,0 +1,191 @@
+"""What ``Fleet`` reads: the state, the ``replicas`` set, the replica records, the audit trail.
+
+Every replica may write to the ``replicas`` set and the records (the replica ACL allows it), so
+readers trust neither: a member that is not a replica id (``ZADD ... 'bad id'``), a score that
+is not a number, a record key that is not a hash, a record that cannot be parsed is skipped and
+counted (``FleetStatus.unreadable``), logged once per change of the count. One bad member never
+blinds ``status``, the API, the metrics or ``wait``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from coordinator.fleet.calls import again
+from coordinator.fleet.models import AuditEvent, FleetStatus, ReplicaInfo
+from replica.contract import REPLICA_ID_RE, FleetState, Keys, now_utc, text
+from replica.control.redisio import uncancelled
+
+log = logging.getLogger(__name__)
+
+READ_RECORDS_LUA: Final = """
+-- fleetgate: read many replica records in one command (KEYS: the record keys, one slot).
+-- With ARGV: HMGET of those fields per record; without: HGETALL per record. A key that is
+-- not a hash reads as false (nil), so that one bad key does not fail the whole read.
+local out = {}
+for i, key in ipairs(KEYS) do
+  local r
+  if #ARGV > 0 then
+    r = redis.pcall('HMGET', key, unpack(ARGV))
+  else
+    r = redis.pcall('HGETALL', key)
+  end
+  if type(r) == 'table' and r.err then r = false end
+  out[i] = r
+end
+return out
+"""
+
+BATCH: Final = 500
+"""Records read per script call (bounded so one call never blocks Redis long)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Members:
+    """The ``replicas`` set: the replica ids that parse, with their heartbeat scores (ms), and
+    how many members did not parse."""
+
+    scores: dict[str, float]
+    unreadable: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The state and the ``replicas`` set, read together."""
+
+    state: FleetState
+    members: Members
+
+
+def parse_members(pairs: Iterable[tuple[Any, Any]]) -> Members:
+    """``(member, score)`` pairs as ``Members``: ids that are not replica ids, and scores that
+    are not finite numbers, are counted, not kept."""
+    scores: dict[str, float] = {}
+    bad = 0
+    for member, score in pairs:
+        replica_id = text(member)
+        try:
+            value = float(score)
+        except (TypeError, ValueError):
+            value = math.nan
+        if REPLICA_ID_RE.fullmatch(replica_id) is None or not math.isfinite(value):
+            bad += 1
+            continue
+        scores[replica_id] = value
+    return Members(scores, bad)
+
+
+def parse_flat_members(flat: Sequence[Any]) -> Members:
+    """``parse_members`` of a flat ``[member, score, ...]`` reply (a script's ZRANGE)."""
+    return parse_members(zip(flat[::2], flat[1::2], strict=False))
+
+
+class Reads:
+    """The reads of one fleet (``Fleet`` delegates to it)."""
+
+    def __init__(self, redis: Redis, name: str, keys: Keys) -> None:
+        self._redis = redis
+        self._name = name
+        self._keys = keys
+        self._read_records = redis.register_script(READ_RECORDS_LUA)
+        self._record_prefix = f"{keys.prefix}:replica:"
+        self._unreadable_logged = 0
+
+    def record_key(self, replica_id: str) -> str:
+        """The record key of an id already checked (``parse_members``, an ack's pattern)."""
+        return self._record_prefix + replica_id
+
+    def noted(self, unreadable: int) -> int:
+        """Log a count of unreadable entries when it changes; returns it."""
+        if unreadable != self._unreadable_logged:
+            if unreadable:
+                log.warning("fleet %s: %d entr%s of the replicas set or their records cannot "
+                            "be read (not a replica id, not a hash): skipped", self._name,
+                            unreadable, "y" if unreadable == 1 else "ies")
+            else:
+                log.info("fleet %s: every replica entry reads again", self._name)
+            self._unreadable_logged = unreadable
+        return unreadable
+
+    async def state(self) -> FleetState:
+        raw = await again(lambda: self._redis.hgetall(self._keys.state))
+        return FleetState.from_hash(self._name, raw)
+
+    async def members(self) -> Members:
+        raw: Any = await again(
+            lambda: self._redis.zrange(self._keys.replicas, 0, -1, withscores=True)
+        )
+        return parse_members(raw)
+
+    async def snapshot(self) -> Snapshot:
+        """The state and the members in one round trip."""
+        for attempt in range(2):
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hgetall(self._keys.state)
+            pipe.zrange(self._keys.replicas, 0, -1, withscores=True)
+            try:
+                raw_state, raw_members = await uncancelled(pipe.execute())
+                break
+            except RedisConnectionError:
+                # redis-py retries single commands on a connection that died with a Redis
+                # restart, not pipelines: this read is safe to send again
+                if attempt:
+                    raise
+        return Snapshot(FleetState.from_hash(self._name, raw_state), parse_members(raw_members))
+
+    async def records(self, ids: Sequence[str], fields: Sequence[str]) -> list[list[Any] | None]:
+        """The records of ``ids`` (checked ids: HMGET of ``fields``, or HGETALL when empty), in
+        order, in one script call per batch; None for a key that is not a hash."""
+        out: list[list[Any] | None] = []
+        for i in range(0, len(ids), BATCH):
+            record_keys = [self.record_key(r) for r in ids[i:i + BATCH]]
+            result = await again(
+                lambda: self._read_records(keys=record_keys, args=list(fields))  # noqa: B023
+            )
+            out.extend(None if x is None else list(x) for x in result)
+        return out
+
+    async def infos(
+        self, members: Members, include_stale: bool = True
+    ) -> tuple[list[ReplicaInfo], int]:
+        """The replicas of ``members``, sorted by id, and how many entries were unreadable
+        (the members that did not parse and the records that do not)."""
+        ids = sorted(members.scores)
+        records = await self.records(ids, ())
+        now = now_utc()
+        out = []
+        bad = members.unreadable
+        for replica_id, flat in zip(ids, records, strict=True):
+            if flat is None:
+                bad += 1
+                continue
+            pairs = [text(x) for x in flat]
+            raw = dict(zip(pairs[::2], pairs[1::2], strict=False))
+            try:
+                info = ReplicaInfo.from_record(
+                    self._name, replica_id, raw, members.scores[replica_id], now
+                )
+            except (ValueError, RecursionError):  # lenient already: belt and braces
+                bad += 1
+                continue
+            if include_stale or not info.stale:
+                out.append(info)
+        return out, self.noted(bad)
+
+    async def status(self, include_stale: bool = True) -> FleetStatus:
+        snapshot = await self.snapshot()
+        replicas, unreadable = await self.infos(snapshot.members, include_stale)
+        return FleetStatus(state=snapshot.state, replicas=replicas, unreadable=unreadable)
+
+    async def history(self, limit: int) -> list[AuditEvent]:
+        entries: Any = await again(
+            lambda: self._redis.xrevrange(self._keys.audit, count=max(1, int(limit)))
+        )
+        return [AuditEvent.from_entry(entry_id, fields) for entry_id, fields in entries or []]

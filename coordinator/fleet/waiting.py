@@ -1,0 +1,347 @@
+"""``Fleet.wait``: until every live replica applied a version and, for a pause, is quiet (for a
+resume: no longer held by the fleet), or the time is up.
+
+``wait`` subscribes to the acknowledgements before it reads the records (so nothing falls
+between the two; with ``Fleet.listen()`` it is subscribed already and reads no record), then
+follows the acknowledgements as they come, with a slow poll of the silent replicas' records as
+a fallback. No step does a round trip per replica.
+
+The final word on each replica is its record, not an acknowledgement alone: the replicas of a
+fleet share one Redis user, so one could publish another's acknowledgement. When the
+acknowledgements would end the wait, the records of the replicas that only acknowledgements
+vouched for are checked in one script call (``CONFIRM_LUA``, which answers with the few that
+do not agree); one whose record disagrees is waited for on its record alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from coordinator.fleet.acks import _WAIT_FIELDS, _fast_ack, _Times, _View
+from coordinator.fleet.calls import again
+from coordinator.fleet.changes import LastChange
+from coordinator.fleet.listener import AckListener, next_message, subscribe_acks
+from coordinator.fleet.models import (
+    WHY_IN_FLIGHT,
+    WHY_RESUME_PENDING,
+    WHY_STALE_VERSION,
+    WHY_UNREACHABLE,
+    ReplicaResult,
+    WaitReport,
+)
+from coordinator.fleet.reads import BATCH, Reads, Snapshot
+from replica.contract import (
+    CONTROL_CONNECTED,
+    R_APPLIED_VERSION,
+    R_FLEET_HELD,
+    R_QUIET,
+    STALE_HEARTBEATS,
+    FleetState,
+    Keys,
+)
+from replica.control.subscription import Subscription
+
+log = logging.getLogger(__name__)
+
+LIVE_HEARTBEAT_S: Final = 10.0
+"""Before its record is read, a replica counts as live when its heartbeat score is within
+2.5 times this (the default heartbeat interval)."""
+
+CONFIRM_LUA: Final = """
+-- fleetgate: confirm from the replica records what acknowledgements said (KEYS: the record
+-- keys, one slot). ARGV[1] the version; ARGV[2] '1' for a pause, '0' for a resume; ARGV[3..5]
+-- the fields applied_version, fleet_held, quiet; ARGV[6..] the fields wait reads. A record
+-- confirms when it applied the version and, for a pause, is held by the fleet and quiet (for
+-- a resume: not held by the fleet). Answers, for each record that does not, its index (from
+-- 1) and the fields wait reads ({} when the key is not a hash): nothing when all confirm.
+local version = tonumber(ARGV[1])
+local pause = ARGV[2] == '1'
+local out = {}
+for i, key in ipairs(KEYS) do
+  local r = redis.pcall('HMGET', key, ARGV[3], ARGV[4], ARGV[5])
+  local ok = false
+  if type(r) == 'table' and not r.err then
+    local applied = r[1] and tonumber(r[1])
+    if applied and applied >= version then
+      if pause then ok = r[2] == '1' and r[3] == '1' else ok = r[2] ~= '1' end
+    end
+  end
+  if not ok then
+    local fields = redis.pcall('HMGET', key, unpack(ARGV, 6))
+    if type(fields) ~= 'table' or fields.err then fields = {} end
+    out[#out + 1] = i
+    out[#out + 1] = fields
+  end
+end
+return out
+"""
+
+
+class Waiter:
+    """The waits of one fleet (``Fleet.wait`` delegates to it)."""
+
+    def __init__(self, redis: Redis, keys: Keys, reads: Reads, listener: AckListener) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.reads = reads
+        self.listener = listener
+        self.confirm_script = redis.register_script(CONFIRM_LUA)
+
+    async def wait(
+        self, version: int, timeout: float, poll_interval: float, last: LastChange | None
+    ) -> WaitReport:
+        return await _Run(self, version, poll_interval).run(timeout, last)
+
+
+class _Run:
+    """One ``wait``: what it knows of each replica, who it waits for, who it still waits for."""
+
+    def __init__(self, waiter: Waiter, version: int, poll_interval: float) -> None:
+        self.w = waiter
+        self.version = version
+        self.poll_interval = poll_interval
+        self.views: dict[str, _View] = {}
+        self.required: set[str] = set()
+        self.pending: set[str] = set()
+        self.pause = True
+        self.state: FleetState | None = None
+
+    async def run(self, timeout: float, last: LastChange | None) -> WaitReport:
+        t0 = time.monotonic()
+        deadline = t0 + max(0.0, timeout)
+        listener = self.w.listener
+        own: Subscription | None = None
+        sub = listener.sub
+        try:
+            if sub is None:
+                # Subscribe first, then read: an ack published before the subscription is in
+                # the record already (replicas write the record, then publish).
+                own = sub = await subscribe_acks(self.w.redis, self.w.keys, deadline)
+            if last is not None and last.state.version == self.version and \
+                    time.monotonic() - last.at < 1.0:
+                snapshot = Snapshot(last.state, last.members)  # from pause()/resume()
+            else:
+                snapshot = await self.w.reads.snapshot()
+            await self._start(snapshot, listening_before=own is None)
+            own = await self._follow(sub, own, deadline)
+            await self._final_word()
+        finally:
+            if own is not None:
+                await own.close()
+        return self._report(time.monotonic() - t0, timeout)
+
+    async def _start(self, snapshot: Snapshot, listening_before: bool) -> None:
+        state = self.state = snapshot.state
+        self.pause = state.paused
+        changed_at = state.changed_at or state.since
+        since = self.w.listener.since
+        members = snapshot.members.scores
+        if listening_before and since is not None and changed_at is not None and \
+                changed_at >= since:
+            # Listening since before the change: every ack for it comes on the channel, so no
+            # record needs reading now (the fallback poll reads the silent ones).
+            now_ms = time.time() * 1000
+            for r, score in members.items():
+                if now_ms - score <= STALE_HEARTBEATS * LIVE_HEARTBEAT_S * 1000:
+                    self.views[r] = _View(r)
+                    self.views[r].alive = True
+        else:
+            await self._refresh(list(members))
+        self.required = {r for r, v in self.views.items() if v.alive}
+        self.pending = {r for r in self.required if not self._reached(r)}
+
+    def _reached(self, replica: str) -> bool:
+        return self.views[replica].reached(self.version, self.pause)
+
+    async def _follow(
+        self, sub: Subscription | None, own: Subscription | None, deadline: float
+    ) -> Subscription | None:
+        """Follow acks and poll records until nobody is pending (and the records confirm it)
+        or the deadline. Returns the subscription to close at the end (a broken shared one
+        becomes the wait's own)."""
+        listening = sub is not None
+        next_fallback = time.monotonic() + self.poll_interval
+        while True:
+            if not self.pending:
+                unconfirmed = [r for r in self.required if not self.views[r].confirmed]
+                if not unconfirmed:
+                    break
+                await self._confirm(unconfirmed)
+                if not self.pending:
+                    break
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            step = min(deadline, next_fallback) - now
+            if listening and sub is not None:
+                try:
+                    message = await next_message(sub, step)
+                    while message is not None:
+                        self._on_ack(message)
+                        if not self.pending:
+                            break
+                        message = await next_message(sub, 0)
+                except (RedisError, OSError) as exc:
+                    listening = False  # carry on with the records alone
+                    if own is None:
+                        own = self.w.listener.detach()  # a broken shared subscription
+                    log.info("fleet %s: lost the acknowledgements channel (%r): polling the "
+                             "records", self.w.keys.fleet, exc)
+            else:
+                await asyncio.sleep(step)
+            if self.pending and time.monotonic() >= next_fallback:
+                await self._fallback()
+                next_fallback = time.monotonic() + self.poll_interval
+        return own
+
+    async def _fallback(self) -> None:
+        """Read the pending replicas' records, and any replica new to the set."""
+        members = (await self.w.reads.members()).scores
+        for r in [r for r in self.pending if r not in members]:  # stopped cleanly (left the set)
+            self.pending.discard(r)
+            self.required.discard(r)
+        ids = [*self.pending, *(r for r in members if r not in self.views)]
+        await self._refresh(ids)
+        for r in ids:
+            if not self.views[r].alive:  # the record expired or the heartbeat is too old
+                self.required.discard(r)
+                self.pending.discard(r)
+            elif self._reached(r):
+                self.required.add(r)
+                self.pending.discard(r)
+            else:
+                self.required.add(r)
+                self.pending.add(r)
+
+    async def _final_word(self) -> None:
+        """The records of whoever is still pending (for an accurate why) and of whoever only
+        acknowledgements vouched for, in one read."""
+        unconfirmed = {r for r in self.required if not self.views[r].confirmed}
+        ids = sorted(self.pending | unconfirmed)
+        if not ids:
+            return
+        await self._refresh(ids)
+        for r in ids:
+            if self._reached(r):
+                self.pending.discard(r)
+            elif r in self.pending or self.views[r].alive:
+                self.pending.add(r)
+            else:  # vouched for by an ack only, and no live record: not a replica to wait for
+                self.required.discard(r)
+
+    async def _refresh(self, ids: Sequence[str]) -> None:
+        records = await self.w.reads.records(ids, _WAIT_FIELDS)
+        now = time.time()
+        for replica_id, values in zip(ids, records, strict=True):
+            view = self.views.get(replica_id)
+            if view is None:
+                view = self.views[replica_id] = _View(replica_id)
+            view.from_record(values, now)
+
+    async def _confirm(self, ids: Sequence[str]) -> None:
+        """Check the records of replicas resolved by acknowledgements, in one script call per
+        batch that answers only with those that disagree."""
+        args = [str(self.version), "1" if self.pause else "0",
+                R_APPLIED_VERSION, R_FLEET_HELD, R_QUIET, *_WAIT_FIELDS]
+        reads = self.w.reads
+        for i in range(0, len(ids), BATCH):
+            batch = ids[i:i + BATCH]
+            record_keys = [reads.record_key(r) for r in batch]
+            result: Any = await again(
+                lambda: self.w.confirm_script(keys=record_keys, args=args)  # noqa: B023
+            )
+            disagree = {batch[int(result[j]) - 1]: result[j + 1]
+                        for j in range(0, len(result), 2)}
+            now = time.time()
+            for r in batch:
+                view = self.views[r]
+                values = disagree.get(r)
+                if values is None:
+                    view.confirmed = True
+                    continue
+                view.from_record(list(values), now)
+                view.suspect = True
+                log.warning("fleet %s: the record of %s does not confirm its acknowledgement of "
+                            "v%d: waiting on its record alone", self.w.keys.fleet, r, self.version)
+                if not view.alive:
+                    self.required.discard(r)
+                    self.pending.discard(r)
+                elif not self._reached(r):
+                    self.pending.add(r)
+
+    def _on_ack(self, message: Mapping[str, Any]) -> None:
+        if message.get("type") != "message":
+            return
+        ack = _fast_ack(message.get("data"))
+        if ack is None:
+            return
+        replica, version = ack[0], ack[1]
+        view = self.views.get(replica)
+        if view is None:
+            if version < self.version:
+                return  # an old ack still in the channel, from a replica not in this wait
+            view = self.views[replica] = _View(replica)
+            self.required.add(replica)
+            self.pending.add(replica)
+        elif view.suspect:
+            return  # its record contradicted its acks: only the record counts now
+        elif replica not in self.pending and version == view.applied_version and \
+                self._reached(replica):
+            return  # an earlier ack of a version it got to, arriving late: changes nothing
+        view.from_ack(ack)
+        if replica in self.pending and self._reached(replica):
+            self.pending.discard(replica)
+
+    def _report(self, elapsed: float, timeout: float) -> WaitReport:
+        state = self.state
+        changed = state.changed_at or state.since if state is not None else None
+        times = _Times(changed)
+        results = [self._result(self.views[r], r not in self.pending, times)
+                   for r in sorted(self.required)]
+        report = WaitReport(
+            version=self.version,
+            ok=not self.pending,
+            action="pause" if self.pause else "resume",
+            elapsed_s=elapsed,
+            replicas=results,
+        )
+        if self.pending:
+            log.warning("fleet %s: %d of %d replicas did not reach v%d within %.1f s: %s",
+                        self.w.keys.fleet, len(self.pending), len(results), self.version,
+                        timeout, ", ".join(f"{r.id} ({r.why})" for r in report.stragglers[:10]))
+        return report
+
+    def _result(self, view: _View, reached: bool, times: _Times) -> ReplicaResult:
+        version, pause = self.version, self.pause
+        why: str | None = None
+        if not reached:
+            behind = view.applied_version < version
+            if not view.alive or (behind and view.control != CONTROL_CONNECTED):
+                why = WHY_UNREACHABLE
+            elif behind:
+                why = WHY_STALE_VERSION
+            elif pause:
+                why = WHY_IN_FLIGHT
+            else:
+                why = WHY_RESUME_PENDING
+        applied = view.applied_version >= version
+        applied_at = times(view.applied_at) if applied else None
+        quiet_at = times(view.quiet_at) if pause and view.quiet else None
+        return ReplicaResult(
+            id=view.id,
+            reached=reached,
+            applied_version=view.applied_version,
+            acked_at=applied_at,
+            quiet_at=quiet_at,
+            applied_after_s=times.after(applied_at),
+            quiet_after_s=times.after(quiet_at),
+            in_flight=view.in_flight,
+            why=why,
+        )
