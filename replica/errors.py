@@ -7,6 +7,10 @@ The hierarchy::
     ├── ItemCancelled              passed to on_error for an item cut off by drain() past its deadline
     ├── ItemTimeout                passed to on_error for an item that ran past item_timeout
     │                              (also a builtin TimeoutError)
+    ├── HandlerCancelled           passed to on_error for an item whose handler let a CancelledError
+    │                              escape while its worker was not cancelled: a failure of the item
+    ├── HandlerExited              passed to on_error for an item whose handler raised SystemExit,
+    │                              KeyboardInterrupt or another BaseException: a failure of the item
     ├── BreakerOpen                a call refused by an open AsyncCircuitBreaker (the dependency
     │                              is considered down; the source retries it after the outage)
     ├── ConfigError                a setting or handler reference that cannot work (exit status 2)
@@ -38,6 +42,21 @@ class ItemCancelled(FleetgateError):
 
 class ItemTimeout(FleetgateError, TimeoutError):
     """An item's handler ran past ``item_timeout`` and was cancelled."""
+
+
+class HandlerCancelled(FleetgateError):
+    """A handler let a ``CancelledError`` escape while its worker was not being cancelled.
+
+    It awaited something that something else cancelled (a shared task, a future): the item
+    failed, like any exception; the worker goes on. The ``CancelledError`` is the cause."""
+
+
+class HandlerExited(FleetgateError):
+    """A handler raised ``SystemExit`` (``sys.exit()``), ``KeyboardInterrupt`` or another
+    ``BaseException`` that is not an ``Exception``.
+
+    The item failed, like any exception; the worker goes on and the process does not end. The
+    original exception is the cause."""
 
 
 class BreakerOpen(FleetgateError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from typing import Any
 
@@ -12,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replica import ItemCancelled, ItemTimeout, PausablePool, PoolClosed
+from replica.errors import HandlerCancelled, HandlerExited
 
 
 class Recorder:
@@ -323,6 +325,149 @@ async def test_an_exception_in_on_error_is_logged_not_raised(caplog: pytest.LogC
             await pool.join(timeout=10)
             assert pool.stats().failed == 2
     assert any("on_error hook failed" in r.message for r in caplog.records)
+
+
+# --------------------------------------------------------------------------- handlers that escape
+
+
+@pytest.mark.parametrize("item_timeout", [None, 30.0], ids=["no-deadline", "under-a-deadline"])
+async def test_a_cancelled_error_escaping_a_handler_whose_worker_was_not_cancelled_fails_that_item(
+    item_timeout: float | None,
+) -> None:
+    errors: list[tuple[Any, BaseException]] = []
+    done: list[str] = []
+
+    async def handler(item: str) -> None:
+        if item.startswith("bad"):
+            shared = asyncio.create_task(asyncio.sleep(60))  # a task the handler awaits ...
+            asyncio.get_running_loop().call_soon(shared.cancel)  # ... that something else cancels
+            await shared
+        done.append(item)
+
+    async with PausablePool(
+        handler, workers=1, item_timeout=item_timeout, on_error=lambda i, e: errors.append((i, e))
+    ) as pool:
+        for item in ("bad-1", "good-1", "bad-2", "good-2"):
+            pool.put_nowait(item)
+        await pool.join(timeout=10)  # one worker: it served the whole queue
+        stats = pool.stats()
+        assert pool.alive() is None
+    assert done == ["good-1", "good-2"]
+    assert (stats.failed, stats.processed, stats.cancelled, stats.timed_out) == (2, 2, 0, 0)
+    assert [i for i, _ in errors] == ["bad-1", "bad-2"]
+    for _, exc in errors:
+        assert isinstance(exc, HandlerCancelled) and isinstance(exc, Exception)
+        assert isinstance(exc.__cause__, asyncio.CancelledError)
+
+
+def _exit() -> None:
+    sys.exit()
+
+
+def _exit_3() -> None:
+    sys.exit(3)
+
+
+def _interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    ("escape", "raised"),
+    [(_exit, "SystemExit(None)"), (_exit_3, "SystemExit(3)"), (_interrupt, "KeyboardInterrupt()")],
+    ids=["sys.exit()", "sys.exit(3)", "KeyboardInterrupt"],
+)
+async def test_a_handler_raising_system_exit_or_keyboard_interrupt_fails_that_item_and_goes_on(
+    escape: Any, raised: str
+) -> None:
+    errors: list[tuple[Any, BaseException]] = []
+    done: list[str] = []
+
+    async def handler(item: str) -> None:
+        await asyncio.sleep(0)
+        if item == "bad":
+            escape()
+        done.append(item)
+
+    async with PausablePool(handler, workers=1, on_error=lambda i, e: errors.append((i, e))) as pool:
+        for item in ("bad", "good", "bad", "good"):
+            pool.put_nowait(item)
+        await pool.join(timeout=10)
+        stats = pool.stats()
+        assert pool.alive() is None
+    assert done == ["good", "good"] and (stats.failed, stats.processed) == (2, 2)
+    assert [i for i, _ in errors] == ["bad", "bad"]
+    for _, exc in errors:
+        assert isinstance(exc, HandlerExited) and isinstance(exc, Exception)
+        assert isinstance(exc.__cause__, (SystemExit, KeyboardInterrupt))
+        assert raised in str(exc)
+
+
+async def test_an_escape_with_no_on_error_is_logged_as_a_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def handler(item: int) -> None:
+        sys.exit(1)
+
+    async with PausablePool(handler, workers=1) as pool:
+        pool.put_nowait(1)
+        await pool.join(timeout=10)
+        assert pool.stats().failed == 1 and pool.alive() is None
+    assert "HandlerExited('the handler raised SystemExit(1)" in caplog.text
+
+
+async def test_a_cancelled_error_escaping_on_error_is_logged_and_the_worker_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def on_error(item: Any, exc: BaseException) -> None:
+        shared: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        shared.cancel()  # cancelled by something else: not the worker's cancellation
+        await shared
+
+    async def handler(item: int) -> None:
+        raise ValueError("boom")
+
+    async with PausablePool(handler, workers=1, on_error=on_error) as pool:
+        pool.put_nowait(1)
+        pool.put_nowait(2)
+        await pool.join(timeout=10)
+        assert pool.stats().failed == 2 and pool.alive() is None
+    assert caplog.text.count("on_error hook failed") == 2
+
+
+# --------------------------------------------------------------------------- liveness
+
+
+async def test_the_pool_is_alive_until_a_worker_task_is_gone_and_then_says_which(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pool = PausablePool(Recorder(), workers=2, name="jobs")
+    assert pool.alive() is None  # not started: nothing is missing
+    async with pool:
+        assert pool.alive() is None
+        worker = next(t for t in asyncio.all_tasks() if t.get_name() == "jobs-worker-1")
+        worker.cancel()  # by something other than the pool
+        await asyncio.wait([worker])
+        assert pool.alive() == "worker jobs-worker-1 was cancelled"
+        assert "jobs: worker jobs-worker-1 was cancelled; the pool is not alive" in caplog.text
+        pool.put_nowait(1)  # the other worker still serves
+        await pool.join(timeout=10)
+    assert pool.alive() is None  # stopped on purpose
+
+
+async def test_workers_cancelled_by_a_drain_past_its_deadline_leave_the_pool_alive(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rec = Recorder()
+    rec.gates["stuck"] = asyncio.Event()  # never set
+    pool = PausablePool(rec, workers=2)
+    await pool.start()
+    pool.put_nowait("stuck")
+    await rec.wait_starts(1)
+    await pool.drain(timeout=0.05)
+    assert pool.stats().cancelled == 1
+    assert pool.alive() is None and "not alive" not in caplog.text
+    await pool.stop()
 
 
 # --------------------------------------------------------------------------- S8

@@ -32,7 +32,7 @@ from replica.errors import PoolClosed
 from replica.pool.crew import EMPTY, Crew, Worker
 from replica.pool.holds import Holds
 from replica.pool.listeners import Listeners
-from replica.pool.runner import ItemRunner
+from replica.pool.runner import ItemRunner, as_failure
 from replica.pool.stats import PoolStats
 from replica.pool.waiters import Waiters
 from replica.types import ErrorHook, Handler, Item, Listener
@@ -250,6 +250,14 @@ class PausablePool:
     def closed(self) -> bool:
         return self._closed
 
+    def alive(self) -> str | None:
+        """None while every worker task runs (or the pool is not started, or drained); else
+        which worker is gone and how, e.g. "worker pool-worker-2 was cancelled". Handlers
+        cannot end a worker: only a cancellation of its task from outside the pool can."""
+        if not self._started or self._closed:
+            return None
+        return self._crew.alive()
+
     def stats(self) -> PoolStats:
         since = self._holds.since_monotonic
         runner = self._runner
@@ -376,13 +384,16 @@ class PausablePool:
                 else:
                     await runner.call_with_deadline(item)
                 runner.processed += 1
-            except asyncio.CancelledError:
-                self._done(me)
-                await runner.cancelled_item(item)
+            except GeneratorExit:  # the coroutine is being closed: nothing may be awaited
                 raise
-            except Exception as exc:
+            except BaseException as exc:
+                failure = as_failure(exc)  # whatever the handler raised fails its item only
+                if failure is None:  # this worker is being cancelled: the item is cut off
+                    self._done(me)
+                    await runner.cancelled_item(item)
+                    raise
                 try:
-                    await runner.failed_item(item, exc)
+                    await runner.failed_item(item, failure)
                 finally:
                     self._done(me)
                 continue

@@ -4,6 +4,14 @@
 through the pool's ``ItemRunner``, which calls the handler (under ``item_timeout`` when set),
 counts the outcome and tells ``on_error`` about failures, timeouts and items cut off by a drain.
 The pool's hot path calls the handler itself when there is no ``item_timeout``.
+
+Whatever a handler raises is a failure of its item, never the end of its worker: an
+``Exception`` as it is; a ``CancelledError`` while the worker task is not being cancelled
+(``Task.cancelling()`` is 0: the handler awaited something that something else cancelled) as
+``HandlerCancelled``; ``SystemExit``, ``KeyboardInterrupt`` or any other ``BaseException`` as
+``HandlerExited``. ``on_error`` therefore only ever hears ordinary exceptions, the original one
+as their ``__cause__``. Only the worker's own cancellation (a drain past its deadline, ``stop()``,
+or whoever cancels the task) ends a worker: its item is reported as ``ItemCancelled``.
 """
 
 from __future__ import annotations
@@ -13,13 +21,39 @@ import inspect
 import logging
 from typing import Final
 
-from replica.errors import ItemCancelled, ItemTimeout
+from replica.errors import HandlerCancelled, HandlerExited, ItemCancelled, ItemTimeout
 from replica.types import ErrorHook, Handler, Item
 
 log = logging.getLogger(__name__)
 
 REPORT_CANCELLED_S: Final = 1.0
 """How long a cancelled worker waits for ``on_error`` to hear about its item."""
+
+
+def being_cancelled() -> bool:
+    """Whether the running task is being cancelled (a ``cancel()`` not yet uncancelled)."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
+def as_failure(exc: BaseException) -> Exception | None:
+    """What ``on_error`` hears for an item whose handler raised ``exc``; None when ``exc`` is
+    the running worker's own cancellation, which must end the worker."""
+    if isinstance(exc, Exception):
+        return exc
+    failure: Exception
+    if isinstance(exc, asyncio.CancelledError):
+        if being_cancelled():
+            return None
+        failure = HandlerCancelled(
+            "the handler raised CancelledError while its worker was not cancelled "
+            "(did it await a task or future that something else cancelled?)"
+        )
+    else:
+        raised = f"SystemExit({exc.code!r})" if isinstance(exc, SystemExit) else repr(exc)
+        failure = HandlerExited(f"the handler raised {raised}")
+    failure.__cause__ = exc
+    return failure
 
 
 class ItemRunner:
@@ -84,9 +118,11 @@ class ItemRunner:
             result = self._on_error(item, exc)
             if inspect.isawaitable(result):
                 await result
-        except asyncio.CancelledError:
+        except GeneratorExit:
             raise
-        except Exception:
+        except BaseException as err:  # the hook must not end the worker either
+            if isinstance(err, asyncio.CancelledError) and being_cancelled():
+                raise
             log.exception("%s on_error hook failed", self.name)
 
 
