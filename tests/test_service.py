@@ -154,3 +154,25 @@ def test_a_port_in_use_is_a_configuration_error() -> None:
         port = taken.getsockname()[1]
         with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
             bind_socket("127.0.0.1", port)
+
+
+async def test_liveness_fails_naming_the_pool_worker_that_is_gone(
+    redis_url: str, fleet_name: str
+) -> None:
+    """Issue 11, A.2: a replica whose pool lost a worker is not alive, and says which."""
+    handler = LoadedHandler(ref="tests:recording_handler", func=recording_handler)
+    service = ReplicaService(settings_for(redis_url, fleet_name, workers=2), handler)
+    await service.start()
+    try:
+        assert service.alive() is None
+        name = f"pool[{fleet_name}/svc-1]-worker-1"
+        worker = next(t for t in asyncio.all_tasks() if t.get_name() == name)
+        worker.cancel()  # handlers cannot end a worker: only a cancellation from outside can
+        await asyncio.wait([worker])
+        assert service.alive() == f"a pool worker {name} was cancelled"
+        async with httpx.AsyncClient(timeout=5) as http:
+            r = await http.get(f"http://127.0.0.1:{service.port}/healthz")
+        assert r.status_code == 503 and r.json()["reason"] == service.alive()
+    finally:
+        await service.stop()
+    assert service.alive() is None

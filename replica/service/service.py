@@ -220,7 +220,8 @@ class ReplicaService:
             if task is not None and task.done() and not self._stopped and not task.cancelled():
                 exc = task.exception()
                 return f"the {name} stopped: {exc!r}" if exc else f"the {name} stopped"
-        return None
+        workers = None if self._stopped else self.pool.alive()
+        return None if workers is None else f"a pool {workers}"
 
     def _extra_fields(self) -> dict[str, str]:
         stats = self.source.stats()
