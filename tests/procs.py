@@ -1,4 +1,11 @@
-"""Real ``fleetgate-replica`` processes for the multi-process tests.
+"""The processes the tests start, and real ``fleetgate-replica`` processes.
+
+``Processes`` (the ``processes`` fixture of conftest.py) starts a test's processes and, whatever
+happens, kills their process groups, reaps them and closes their pipes when the test ends. Each
+starts as a terminal would start it, however the suite itself was started: a background job
+(``make test &``, ``nohup``, some CI runners) runs with SIGINT ignored, a child inherits an
+ignored signal (``subprocess`` resets only SIGPIPE and SIGXFSZ), and a test that sends Ctrl-C
+assumes its default action. ``with_default_signals(args)`` is that launch.
 
 ``replica_processes(...)`` starts N replicas on free ports with the given environment, waits
 (bounded) for each one's ``/healthz``, and always kills what is left on exit. Each process
@@ -15,10 +22,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Final
 
 import httpx
 import redis.asyncio as aioredis
@@ -31,6 +38,103 @@ REPLICA = str(Path(sys.executable).with_name("fleetgate-replica"))
 TOKEN = "process-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 START_DEADLINE_S = 30.0
+REAP_TIMEOUT_S: Final = 10.0
+
+# Run by the test's own interpreter before the command (-I -S: a few ms): the signals named in
+# argv[1] (comma-separated, may be empty) ignored, every other one a test sends at its default
+# action, nothing blocked; then exec, which keeps both (and the process id).
+_LAUNCHER: Final = """\
+import os, signal, sys
+ignored = {getattr(signal, "SIG" + name) for name in sys.argv[1].split(",") if name}
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+    signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+signal.pthread_sigmask(signal.SIG_SETMASK, ())
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+def with_default_signals(args: Sequence[str], ignored: Sequence[str] = ()) -> list[str]:
+    """``args`` started with SIGINT, SIGTERM, SIGHUP and SIGQUIT at their default action (those
+    named in ``ignored``, e.g. ``["INT"]``, ignored instead) and no signal blocked."""
+    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, ",".join(ignored), *args]
+
+
+class Processes:
+    """The processes one test starts, each in a process group of its own with the signal
+    dispositions of ``with_default_signals``. ``close()``/``aclose()`` kill every group, reap
+    every process and close every pipe, whatever the test did; the ``processes`` fixture calls
+    ``aclose()``."""
+
+    def __init__(self) -> None:
+        self._popens: list[subprocess.Popen[str]] = []
+        self._tasks: list[asyncio.subprocess.Process] = []
+
+    def start(
+        self,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        stdin: int | IO[Any] | None = subprocess.DEVNULL,
+        stdout: int | IO[Any] | None = subprocess.PIPE,
+        stderr: int | IO[Any] | None = subprocess.PIPE,
+        ignored: Sequence[str] = (),
+    ) -> subprocess.Popen[str]:
+        """Start ``args`` (text pipes); see the class docstring."""
+        proc = subprocess.Popen(
+            with_default_signals(args, ignored), env=None if env is None else dict(env),
+            cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr, text=True, process_group=0,
+        )
+        self._popens.append(proc)
+        return proc
+
+    async def start_async(
+        self,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        stdin: int | None = asyncio.subprocess.PIPE,
+        stdout: int | None = asyncio.subprocess.PIPE,
+        stderr: int | None = None,
+    ) -> asyncio.subprocess.Process:
+        """``start`` for an asyncio test: an ``asyncio.subprocess.Process`` (bytes pipes)."""
+        proc = await asyncio.create_subprocess_exec(
+            *with_default_signals(args), env=None if env is None else dict(env),
+            stdin=stdin, stdout=stdout, stderr=stderr, process_group=0,
+        )
+        self._tasks.append(proc)
+        return proc
+
+    def kill(self) -> None:
+        """SIGKILL every process group this started (the leaders and what they left behind)."""
+        for pid in [p.pid for p in self._popens] + [p.pid for p in self._tasks]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        """Kill, reap and close the pipes of the ``start``ed processes."""
+        self.kill()
+        popens, self._popens = self._popens, []
+        for proc in popens:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=REAP_TIMEOUT_S)
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+
+    async def aclose(self) -> None:
+        """``close()``, and the same for the ``start_async``ed processes."""
+        self.close()
+        tasks, self._tasks = self._tasks, []
+        for proc in tasks:
+            try:
+                # reads what is left of the pipes to their end, closes them, reaps
+                await asyncio.wait_for(proc.communicate(), REAP_TIMEOUT_S)
+            except (TimeoutError, OSError, ValueError):
+                transport = getattr(proc, "_transport", None)
+                if transport is not None:
+                    transport.close()
 
 
 @dataclass
@@ -91,7 +195,8 @@ def spawn(replica_id: str, env: Mapping[str, str], log_dir: Path) -> ReplicaProc
     log_path = log_dir / f"{replica_id}.log"
     with log_path.open("ab") as out:
         proc = subprocess.Popen(
-            [REPLICA], env=full, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            with_default_signals([REPLICA]), env=full, stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
     return ReplicaProcess(replica_id, port, proc, log_path, full)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import getpass
 import json
 import signal
-import subprocess
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -22,6 +21,7 @@ from coordinator.cli.app import main
 from coordinator.demo.localredis import free_port
 from replica.contract import Keys, parse_time
 from tests.fleetkit import FLEETGATE, ReplicaThread, run_cli
+from tests.procs import Processes
 
 
 @pytest.fixture
@@ -256,20 +256,17 @@ def test_resume_takes_an_optional_reason_for_the_audit_trail(
 
 
 def test_status_watch_prints_a_json_line_per_refresh_and_exits_0_on_ctrl_c(
-    redis_url: str, fleet_name: str
+    redis_url: str, fleet_name: str, processes: Processes
 ) -> None:
-    proc = subprocess.Popen(
+    proc = processes.start(
         [FLEETGATE, "--redis-url", redis_url, "--fleet", fleet_name, "status", "--watch", "--json",
          "--interval", "0.1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    try:
-        assert proc.stdout is not None
-        lines = [json.loads(proc.stdout.readline()) for _ in range(2)]
-        assert all(line["fleet"] == fleet_name for line in lines)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
+    assert proc.stdout is not None
+    lines = [json.loads(proc.stdout.readline()) for _ in range(2)]
+    assert all(line["fleet"] == fleet_name for line in lines)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: SIGINT at its default disposition (see Processes)
+    _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
 
