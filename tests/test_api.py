@@ -10,14 +10,12 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import schemathesis
-from fastapi import FastAPI
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis.errors import Unsatisfiable
@@ -28,32 +26,8 @@ from coordinator.demo.localredis import LocalRedis
 from coordinator.settings import CoordinatorSettings
 from coordinator.web.api import create_app
 from replica.errors import ConfigError
+from tests.apikit import ADMIN, BOB, VIEW, auth, client_for, make_settings
 from tests.fleetkit import replicas
-
-ADMIN = "admin-token-for-tests-0123"
-VIEW = "view-token-for-tests-01234"
-BOB = "bob-token-for-tests-012345"
-
-
-def make_settings(redis_url: str, fleet: str, **extra: Any) -> CoordinatorSettings:
-    values: dict[str, Any] = {
-        "redis_url": redis_url,
-        "fleet": fleet,
-        "admin_token": ADMIN,
-        "admin_name": "alice",
-        "view_token": VIEW,
-        "view_name": "grafana",
-        **extra,
-    }
-    return CoordinatorSettings.model_validate(values)
-
-
-@asynccontextmanager
-async def client_for(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://coordinator") as client:
-            yield client
 
 
 @pytest.fixture
@@ -61,10 +35,6 @@ async def api(redis_url: str, fleet_name: str) -> AsyncIterator[httpx.AsyncClien
     app = create_app(make_settings(redis_url, fleet_name), run_watcher=False)
     async with client_for(app) as client:
         yield client
-
-
-def auth(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 # ---------------------------------------------------------------------------- auth matrix
