@@ -1,39 +1,32 @@
 """The coordinator's settings: ``FLEETGATE_*`` environment variables (pydantic-settings).
 
 One object for the CLI and the HTTP server. Durations accept seconds or text ("30m", "90s").
-Tokens are ``SecretStr`` so they never show in a repr or a log line. The limits on what an
-operator types (``check_reason``) live here too, so the CLI and the API apply the same ones.
+Tokens are ``SecretStr`` so they never show in a repr or a log line. The rule for what an
+operator types (a reason, a name) is the contract's (``replica.contract.check_reason``,
+``check_by``), so the library, the CLI and the API apply the same one.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from coordinator.durations import parse_duration
-from replica.contract import validate_fleet
-
-MAX_REASON: Final = 500
-"""The longest pause reason (characters)."""
-
-
-def check_reason(reason: str) -> str:
-    """``reason`` without surrounding blanks: 1 to 500 printable characters, else ``ValueError``."""
-    value = reason.strip() if isinstance(reason, str) else ""
-    if not value or len(value) > MAX_REASON or not value.isprintable():
-        raise ValueError(f"reason must be 1 to {MAX_REASON} printable characters")
-    return value
+from replica.contract import MAX_REASON, check_reason, validate_fleet
+from replica.contract.urls import check_redis_url, redact_url
 
 
 class CoordinatorSettings(BaseSettings):
     """Every ``FLEETGATE_*`` setting the coordinator reads (unknown ones are ignored: the
     replicas share the prefix)."""
 
-    model_config = SettingsConfigDict(env_prefix="FLEETGATE_", extra="ignore")
+    # a bad value is never echoed by pydantic's own message (a URL's password, a token)
+    model_config = SettingsConfigDict(
+        env_prefix="FLEETGATE_", extra="ignore", hide_input_in_errors=True
+    )
 
     redis_url: str = "redis://127.0.0.1:6379/0"
     """Where the fleet's state lives (also --redis-url)."""
@@ -61,11 +54,18 @@ class CoordinatorSettings(BaseSettings):
     """Seconds between the checks `fleetgate serve` makes for a state hash Redis lost (restored from the replicas)."""
     max_wait: float = Field(default=300.0)
     """The longest, in seconds, an API pause or resume with wait=true blocks."""
+    max_body: int = Field(default=64 * 1024, ge=4096, le=64 * 1024 * 1024)
+    """The largest request body, in bytes, the API reads: a larger one gets 413 before it is parsed."""
 
     host: str = "127.0.0.1"
     """Where `fleetgate serve` listens (also --host)."""
     port: int = Field(default=8080, ge=0, le=65535)
     """The port of `fleetgate serve` (also --port)."""
+
+    @field_validator("redis_url")
+    @classmethod
+    def _valid_redis_url(cls, value: str) -> str:
+        return check_redis_url(value)
 
     @field_validator("fleet")
     @classmethod
@@ -100,17 +100,11 @@ class CoordinatorSettings(BaseSettings):
         return None if value is None else value.get_secret_value()
 
 
+# MAX_REASON and check_reason are the contract's, named here only for older imports
 __all__ = ["MAX_REASON", "CoordinatorSettings", "check_reason"]
 
 
 def redact(url: str) -> str:
-    """The URL without its password."""
-    try:
-        parts = urlsplit(url)
-        if parts.password:
-            netloc = parts.netloc.rsplit("@", 1)[1]
-            user = parts.username or ""
-            parts = parts._replace(netloc=f"{user}:***@{netloc}")
-        return urlunsplit(parts)
-    except ValueError:
-        return "<unreadable URL>"
+    """The URL without its password (``replica.contract.urls.redact_url``: one function for
+    every URL either side prints or logs)."""
+    return redact_url(url)

@@ -18,13 +18,13 @@ import os
 import socket
 from collections.abc import Mapping
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from replica.contract import Keys, validate_fleet, validate_replica_id
+from replica.contract.urls import check_redis_url
 from replica.errors import ConfigError
 
 REDIS_SCHEMES: Final = frozenset({"redis", "rediss", "unix"})
@@ -105,15 +105,8 @@ class ReplicaSettings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _redis_url(cls, value: str) -> str:
-        value = value.strip()
-        scheme = urlsplit(value).scheme.lower()
-        if scheme not in REDIS_SCHEMES:
-            raise ValueError(
-                f"must be a redis://, rediss:// or unix:// URL, not {value[:40]!r}"
-            )
-        if scheme != "unix" and not urlsplit(value).hostname:
-            raise ValueError(f"has no host: {value[:40]!r}")
-        return value
+        # one check for both sides; its message shows the URL with the password redacted
+        return check_redis_url(value, REDIS_SCHEMES)
 
     @field_validator("fleet")
     @classmethod
@@ -217,7 +210,9 @@ def describe_error(exc: ValidationError, env_prefix: str = "FLEETGATE_") -> str:
         return msg
     name = env_prefix + loc[0].upper()
     value = first.get("input")
-    hidden = "token" in loc[0] or isinstance(value, dict) or str(value)[:40] in msg
+    hidden = (
+        "token" in loc[0] or "url" in loc[0] or isinstance(value, dict) or str(value)[:40] in msg
+    )  # a URL's error shows it redacted already: never the raw value, password and all
     shown = "" if hidden else f" (got {str(value)[:60]!r})"
     return f"{name}: {msg}{shown}"
 

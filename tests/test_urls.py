@@ -1,0 +1,168 @@
+"""replica.contract.urls: one redaction for every URL either side prints, and one URL check.
+
+The passwords here hold what breaks a parser-based redaction (``#``, ``?``, ``/``, ``@``), sit
+in the query (``?password=``, ``sentinel_password=``) or in URLs that do not parse at all. The
+last tests run ``fleetgate-replica`` with such URLs: its one line names the problem and never
+the password.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from replica.contract.urls import MASK, check_redis_url, redact_url
+
+REPLICA = str(Path(sys.executable).with_name("fleetgate-replica"))
+PASSWORDS = ["s3cret", "s3#cret", "s3?cret", "s3/cret", "s3@cret", "s3:cret", "s#3?c/r@t"]
+
+
+@pytest.mark.parametrize("password", PASSWORDS)
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("redis://replica:{pw}@redis:6379/0", "redis://replica:***@redis:6379/0"),
+        ("rediss://:{pw}@redis.example:6380/2", "rediss://:***@redis.example:6380/2"),
+        ("redis://redis:6379/0?password={pw}", "redis://redis:6379/0?password=***"),
+        ("redis://redis:6379/0?db=1&password={pw}", "redis://redis:6379/0?db=1&password=***"),
+        ("unix:///run/redis.sock?password={pw}&db=0", "unix:///run/redis.sock?password=***&db=0"),
+        ("reddis://replica:{pw}@host:6379/0", "reddis://replica:***@host:6379/0"),
+        ("redis://:{pw}@/0", "redis://:***@/0"),
+        ("redis://:{pw}@[::1/0", "redis://:***@[::1/0"),
+        ("redis://:{pw}@host:notaport/0", "redis://:***@host:notaport/0"),
+        ("redis+sentinel://user:{pw}@h1:1,h2:2/svc", "redis+sentinel://user:***@h1:1,h2:2/svc"),
+        (
+            "redis+sentinel://h1:1,h2:2/svc?sentinel_password={pw}&socket_timeout=1",
+            "redis+sentinel://h1:1,h2:2/svc?sentinel_password=***&socket_timeout=1",
+        ),
+        ("redis+cluster://user:{pw}@h1:7000,h2:7001", "redis+cluster://user:***@h1:7000,h2:7001"),
+    ],
+)
+def test_redaction_hides_every_password_wherever_the_url_puts_it(
+    template: str, expected: str, password: str
+) -> None:
+    shown = redact_url(template.format(pw=password))
+    if "@" in password and "{pw}@" not in template:
+        # an "@" after the host: what precedes it is hidden too (see the test below)
+        assert password not in shown and shown.startswith(expected.split("//")[0])
+    else:
+        assert shown == expected
+
+
+def test_a_url_without_a_password_is_shown_as_it_is() -> None:
+    for url in ("redis://127.0.0.1:6379/0", "redis://replica@redis:6379/0", "unix:///run/r.sock?db=1"):
+        assert redact_url(url) == url
+
+
+def test_an_at_sign_after_the_host_hides_everything_before_it() -> None:
+    # an "@" in a query is indistinguishable from a password holding "/" or "?": hide more
+    assert redact_url("redis://h:6379/0?password=s3cret@x") == "redis://h:***@x"
+    assert redact_url("redis://h/0?password=s3cret@x") == f"redis://{MASK}@x"
+
+
+def test_the_redacted_url_is_one_printable_line() -> None:
+    shown = redact_url("redis://:p\x1bw@ho\x1b[31mst\n:6379/0")
+    assert shown == "redis://:***@ho\\x1b[31mst\\n:6379/0"
+    assert shown.isprintable()
+
+
+@given(st.text(st.characters(codec="utf-8", exclude_characters="\r\n"), min_size=1, max_size=40))
+def test_no_password_survives_redaction(password: str) -> None:
+    for template in ("redis://user:{}@host:6379/0", "redis://host:6379/0?password={}",
+                     "redis+sentinel://h1:1,h2:2/svc?sentinel_password={}&db=1"):
+        shown = redact_url(template.format(password))
+        assume(password.strip() not in template.format(MASK))
+        assert password.strip() not in shown
+
+
+# ---------------------------------------------------------------------------- check
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("reddis://replica:s3cret@host:6379/0", "must be a redis://, rediss:// or unix:// URL"),
+        ("http://example.com", "must be a redis://"),
+        ("redis://:s3cret@/0", "has no host"),
+        ("redis://", "has no host"),
+        ("redis://:s3cret@[::1/0", "Invalid IPv6 URL"),
+        ("redis://:s3cret@host:notaport/0", "port that is not a number"),
+        ("redis://:s3cret@host:99999/0", "port that is not a number"),
+        ("redis://:s3#cret@host:6379/0", "percent-encode"),
+        ("redis://:s3/cret@host:6379/0", "percent-encode"),
+        ("unix://", "has no socket path"),
+    ],
+)
+def test_a_url_that_cannot_work_is_refused_with_a_line_that_never_shows_the_password(
+    url: str, fragment: str
+) -> None:
+    with pytest.raises(ValueError) as caught:
+        check_redis_url(url)
+    message = str(caught.value)
+    assert fragment in message
+    assert "s3" not in message and "cret" not in message
+    assert len(message.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:6379/0",
+        " redis://replica:s3cret@redis:6379/0 ",
+        "redis://:s3@cret@redis:6379/0",  # an "@" in a password parses (the last one counts)
+        "rediss://u:p%23w@redis.example:6380/2",
+        "redis://[::1]:6379/0",
+        "redis://redis",
+        "unix:///run/redis.sock?db=1",
+    ],
+)
+def test_a_url_that_can_work_is_kept_stripped(url: str) -> None:
+    assert check_redis_url(url) == url.strip()
+
+
+def test_sentinel_and_cluster_forms_are_checked_host_by_host_once_allowed() -> None:
+    schemes = {"redis", "redis+sentinel", "redis+cluster"}
+    url = "redis+sentinel://user:pw@h1:26379,h2:26379/svc"
+    assert check_redis_url(url, schemes) == url
+    with pytest.raises(ValueError, match="must be a"):
+        check_redis_url(url)
+    with pytest.raises(ValueError, match="port that is not a number"):
+        check_redis_url("redis+cluster://user:pw@h1:7000,h2:x", schemes)
+    with pytest.raises(ValueError, match="has no host"):
+        check_redis_url("redis+cluster://user:pw@h1:7000,:7001", schemes)
+
+
+# ---------------------------------------------------------------------------- the replica
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("reddis://replica:s3cret@host:6379/0", "must be a redis://"),
+        ("redis://:s3cret@/0", "has no host"),
+        ("redis://:s3cret@[::1/0", "Invalid IPv6 URL"),
+        ("redis://:s3cret@host:notaport/0", "port that is not a number"),
+        ("redis://:s3#cret@host:6379/0", "percent-encode"),
+        ("redis://:s3?cret@host:6379/0", "percent-encode"),
+    ],
+)
+def test_the_replica_refuses_a_bad_url_with_one_line_that_never_shows_the_password(
+    url: str, fragment: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETGATE_")}
+    env["FLEETGATE_ADMIN_TOKEN"] = "t"
+    done = subprocess.run(
+        [REPLICA, "--redis-url", url, "--handler", "replica.demo:sleep"],
+        capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr
+    assert "FLEETGATE_REDIS_URL" in lines[0] and fragment in lines[0]
+    assert "s3" not in done.stderr + done.stdout
