@@ -11,11 +11,16 @@ Routes::
     GET  /metrics              Prometheus text (public unless FLEETGATE_METRICS_AUTH)
     GET  /docs, /openapi.json
 
+``HEAD`` of a GET route answers as its GET without the body.
+
 Writes answer 200 with ``{"fleet", "state", "wait"}``; with ``wait`` the request blocks until
-every live replica got there or ``timeout`` (capped at ``FLEETGATE_MAX_WAIT``) and answers 202
-when some did not. Missing or wrong token: 401; a view token on a write: 403; bad input: 422
-with a JSON detail; Redis unreachable: 503. The audit trail records the token's configured
-name, never anything from the body.
+every live replica got there or its time ran out and answers 202 when some did not.
+``timeout`` bounds the whole write (the wait in it is capped at ``FLEETGATE_MAX_WAIT``; see
+``coordinator.web.changes``). Missing or wrong token: 401; a view token on a write: 403; a body
+over ``FLEETGATE_MAX_BODY``: 413, before anything reads it; bad input: 422 with a JSON detail
+that echoes no more than a short excerpt (``coordinator.web.errors``); Redis unreachable: 503;
+a change sent with no answer (its outcome unknown): 504. The audit trail records the token's
+configured name, never anything from the body.
 """
 
 from __future__ import annotations
@@ -29,21 +34,22 @@ from pathlib import Path
 from typing import Annotated, Any, Final
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from coordinator.durations import MAX_DURATION_S, MIN_DURATION_S
 from coordinator.fleet.fleet import Fleet
-from coordinator.render import action_dict, history_dict, status_dict
-from coordinator.settings import MAX_REASON, CoordinatorSettings, check_reason
+from coordinator.render import history_dict, status_dict
+from coordinator.settings import CoordinatorSettings
+from coordinator.web import errors
 from coordinator.web.auth import ANONYMOUS, Operator, TokenStore
+from coordinator.web.bodies import PauseRequest, ResumeRequest
+from coordinator.web.changes import bounded_change
 from coordinator.web.metrics import CONTENT_TYPE, OverdueWatcher, render_metrics
-from replica.contract import MAX_STAGGER_S
-from replica.errors import ConfigError, ContractError
+from coordinator.web.middleware import BodyLimit, HeadAsGet
+from replica.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -53,62 +59,6 @@ _CSP: Final = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 )
-
-
-# ---------------------------------------------------------------------------- bodies
-
-
-class PauseRequest(BaseModel):
-    """Pause the fleet. ``by`` is not accepted: it is the token's operator name."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    reason: str = Field(min_length=1, max_length=MAX_REASON, description="Why (1 to 500 printable characters).")
-    for_seconds: float | None = Field(
-        default=None, ge=MIN_DURATION_S, le=MAX_DURATION_S,
-        description="The expected window; the pause is overdue after it.",
-    )
-    auto_resume: bool = Field(default=False, description="Resume by itself when the window ends.")
-    wait: bool = Field(default=False, description="Block until every live replica is quiet.")
-    timeout: float = Field(default=60.0, ge=MIN_DURATION_S, le=MAX_DURATION_S)
-
-    @field_validator("reason", mode="before")
-    @classmethod
-    def _trim(cls, value: Any) -> Any:
-        return value.strip() if isinstance(value, str) else value
-
-    @field_validator("reason")
-    @classmethod
-    def _printable(cls, value: str) -> str:
-        return check_reason(value)
-
-    @model_validator(mode="after")
-    def _auto_resume_needs_window(self) -> PauseRequest:
-        if self.auto_resume and self.for_seconds is None:
-            raise ValueError("auto_resume needs for_seconds")
-        return self
-
-
-class ResumeRequest(BaseModel):
-    """Resume the fleet. ``by`` is not accepted: it is the token's operator name."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    reason: str | None = Field(
-        default=None, max_length=MAX_REASON,
-        description="Why, for the audit trail (optional; 1 to 500 printable characters).",
-    )
-    stagger_seconds: float | None = Field(
-        default=None, ge=MIN_DURATION_S, le=MAX_STAGGER_S,
-        description="Spread the replicas' resumes evenly over this window.",
-    )
-    wait: bool = Field(default=False, description="Block until every live replica is running.")
-    timeout: float = Field(default=60.0, ge=MIN_DURATION_S, le=MAX_DURATION_S)
-
-    @field_validator("reason")
-    @classmethod
-    def _printable(cls, value: str | None) -> str | None:
-        return None if value is None else check_reason(value)
 
 
 # ---------------------------------------------------------------------------- app
@@ -221,19 +171,9 @@ def create_app(
     app.state.settings = settings
     app.state.runtime = runtime
 
-    @app.exception_handler(RedisError)
-    async def _redis_down(request: Request, exc: RedisError) -> JSONResponse:
-        log.warning("%s %s: Redis unreachable: %s", request.method, request.url.path, exc)
-        return JSONResponse({"detail": f"Redis unreachable: {exc}"}, status_code=503)
-
-    @app.exception_handler(TimeoutError)
-    async def _redis_slow(request: Request, exc: TimeoutError) -> JSONResponse:
-        log.warning("%s %s: Redis did not answer in time", request.method, request.url.path)
-        return JSONResponse({"detail": "Redis did not answer in time"}, status_code=503)
-
-    @app.exception_handler(ContractError)
-    async def _contract(request: Request, exc: ContractError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=422)
+    errors.install(app)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(BodyLimit, max_body=settings.max_body)  # outermost: before anything
 
     # -- pages
 
@@ -275,42 +215,51 @@ def create_app(
     @app.post(
         "/api/fleet/pause",
         tags=["fleet"],
-        responses={202: {"description": "paused, but not every replica got quiet in time"}},
+        responses={
+            202: {"description": "paused, but not every replica got quiet in time"},
+            504: {"description": "the outcome is unknown: check the state"},
+        },
     )
     async def pause(body: PauseRequest, operator: Admin, fleet: TheFleet, response: Response) -> dict[str, Any]:
-        """Pause the fleet; ``by`` is the operator the token names."""
+        """Pause the fleet; ``by`` is the operator the token names. ``timeout`` bounds the
+        whole request; 504 when the change got no answer (its outcome is unknown)."""
         window = None if body.for_seconds is None else timedelta(seconds=body.for_seconds)
-        state = await fleet.pause(
-            body.reason,
-            by=operator.name,
-            expected_for=window,
-            auto_resume_after=window if body.auto_resume else None,
+        outcome = await bounded_change(
+            fleet,
+            lambda: fleet.pause(
+                body.reason,
+                by=operator.name,
+                expected_for=window,
+                auto_resume_after=window if body.auto_resume else None,
+            ),
+            wait=body.wait, timeout=body.timeout, max_wait=settings.max_wait,
         )
-        report = None
-        if body.wait:
-            report = await fleet.wait(state.version, timeout=min(body.timeout, settings.max_wait))
-            if not report.ok:
-                response.status_code = 202
-        return action_dict(state, report)
+        response.status_code = outcome.status
+        return outcome.body
 
     @app.post(
         "/api/fleet/resume",
         tags=["fleet"],
-        responses={202: {"description": "resumed, but not every replica was running in time"}},
+        responses={
+            202: {"description": "resumed, but not every replica was running in time"},
+            504: {"description": "the outcome is unknown: check the state"},
+        },
     )
     async def resume(
         operator: Admin, fleet: TheFleet, response: Response, body: ResumeRequest | None = None
     ) -> dict[str, Any]:
-        """Resume the fleet (optionally staggered over ``stagger_seconds``)."""
+        """Resume the fleet (optionally staggered over ``stagger_seconds``). ``timeout`` bounds
+        the whole request; 504 when the change got no answer (its outcome is unknown)."""
         body = body or ResumeRequest()
         stagger = None if body.stagger_seconds is None else timedelta(seconds=body.stagger_seconds)
-        state = await fleet.resume(by=operator.name, stagger=stagger, reason=body.reason or "")
-        report = None
-        if body.wait:
-            report = await fleet.wait(state.version, timeout=min(body.timeout, settings.max_wait))
-            if not report.ok:
-                response.status_code = 202
-        return action_dict(state, report)
+        reason = body.reason
+        outcome = await bounded_change(
+            fleet,
+            lambda: fleet.resume(by=operator.name, stagger=stagger, reason=reason),
+            wait=body.wait, timeout=body.timeout, max_wait=settings.max_wait,
+        )
+        response.status_code = outcome.status
+        return outcome.body
 
     # -- metrics
 

@@ -1,0 +1,148 @@
+"""Writes against a Redis that hangs (``DEBUG SLEEP`` on a private server): the request's
+``timeout`` bounds the whole write, and a change that got no answer is reported as an unknown
+outcome (504: check the state), not as "Redis unreachable", since it may have been applied."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from coordinator.demo.localredis import LocalRedis, find_server_binary
+from coordinator.web.api import create_app
+from replica.contract import (
+    CONTROL_CONNECTED,
+    R_APPLIED_VERSION,
+    R_CONTROL,
+    R_HEARTBEAT_AT,
+    R_HEARTBEAT_INTERVAL,
+    Keys,
+    format_time,
+    now_utc,
+)
+from tests.apikit import ADMIN, VIEW, auth, client_for, make_settings, strict_json
+
+FLEET = "hung"
+SLACK_S = 4.0
+"""What "the timeout plus a little" may add on a loaded machine (the hangs last longer)."""
+
+
+@pytest.fixture
+def sleepy_redis() -> Iterator[LocalRedis]:
+    """A private Redis that takes ``DEBUG SLEEP`` from a local connection."""
+    if find_server_binary() is None:
+        pytest.skip("no redis-server or valkey-server binary for a private server")
+    server = LocalRedis(extra_args=["--enable-debug-command", "local"]).start()
+    try:
+        yield server
+    finally:
+        server.kill()  # at once, even while it sleeps
+        server.stop()
+
+
+@asynccontextmanager
+async def coordinator(server: LocalRedis, **extra: object) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(make_settings(server.url, FLEET, **extra), run_watcher=False)
+    async with client_for(app) as api:
+        assert (await api.get("/api/fleet", headers=auth(VIEW))).status_code == 200
+        yield api
+
+
+def hang(server: LocalRedis, seconds: int) -> socket.socket:
+    """Make the server sleep for ``seconds`` from now: every command sent after this one
+    waits. Returns the connection that sent it (close it, or kill the server)."""
+    sock = socket.create_connection((server.host, server.port))
+    sock.sendall(b"DEBUG SLEEP %d\r\n" % seconds)
+    return sock
+
+
+def assert_unknown_outcome(response: httpx.Response) -> None:
+    assert response.status_code == 504, response.text
+    detail = strict_json(response)["detail"]
+    assert "outcome is unknown" in detail and "check the state" in detail.lower()
+    assert "unreachable" not in detail
+
+
+@pytest.mark.parametrize("action", ["pause", "resume"])
+async def test_a_change_with_no_answer_within_its_timeout_gets_504_and_may_have_been_applied(
+    sleepy_redis: LocalRedis, action: str
+) -> None:
+    async with coordinator(sleepy_redis) as api:
+        # a change first, so the server knows the script (else its EVALSHA would fail)
+        await api.post("/api/fleet/pause", headers=auth(ADMIN), json={"reason": "before"})
+        if action == "pause":
+            await api.post("/api/fleet/resume", headers=auth(ADMIN))
+        before = (await api.get("/api/fleet", headers=auth(VIEW))).json()["state"]["version"]
+        body = {"reason": "during a hang", "timeout": 1}
+        sleeper = hang(sleepy_redis, 5)
+        try:
+            started = time.monotonic()
+            response = await api.post(f"/api/fleet/{action}", headers=auth(ADMIN), json=body)
+            elapsed = time.monotonic() - started
+            assert_unknown_outcome(response)
+            assert 1.0 <= elapsed < 1.0 + SLACK_S
+            # once Redis answers again: the change had been applied, as "unknown" allowed
+            state = (await api.get("/api/fleet", headers=auth(VIEW))).json()["state"]
+            assert state["version"] == before + 1
+            assert state["paused"] is (action == "pause")
+        finally:
+            sleeper.close()
+
+
+@pytest.mark.parametrize("action", ["pause", "resume"])
+async def test_a_wait_against_a_hung_redis_ends_within_its_timeout(
+    sleepy_redis: LocalRedis, action: str
+) -> None:
+    async with coordinator(sleepy_redis) as api:
+        if action == "resume":
+            await api.post("/api/fleet/pause", headers=auth(ADMIN), json={"reason": "before"})
+        body = {"reason": "hung", "wait": True, "timeout": 2}
+        sleeper = hang(sleepy_redis, 60)
+        started = time.monotonic()
+        response = await api.post(f"/api/fleet/{action}", headers=auth(ADMIN), json=body)
+        elapsed = time.monotonic() - started
+        sleeper.close()
+        sleepy_redis.kill()
+    assert_unknown_outcome(response)
+    assert 2.0 <= elapsed < 2.0 + SLACK_S
+
+
+async def test_an_applied_pause_whose_wait_redis_stops_answering_gets_202_with_its_state(
+    sleepy_redis: LocalRedis,
+) -> None:
+    keys = Keys(FLEET)
+    client = aioredis.Redis.from_url(sleepy_redis.url, decode_responses=True)
+    try:
+        # a live replica that will never acknowledge: the wait polls its record
+        await client.zadd(keys.replicas, {"r1": time.time() * 1000})
+        await client.hset(keys.replica("r1"), mapping={
+            R_HEARTBEAT_AT: format_time(now_utc()), R_HEARTBEAT_INTERVAL: "3600",
+            R_APPLIED_VERSION: "0", R_CONTROL: CONTROL_CONNECTED,
+        })
+        async with coordinator(sleepy_redis) as api:
+            body = {"reason": "hung while waiting", "wait": True, "timeout": 5}
+            started = time.monotonic()
+            request = asyncio.create_task(
+                api.post("/api/fleet/pause", headers=auth(ADMIN), json=body)
+            )
+            entries = await client.xread({keys.audit: "0"}, block=30_000)
+            assert entries, "the pause never reached the audit stream"
+            sleeper = hang(sleepy_redis, 60)
+            response = await request
+            elapsed = time.monotonic() - started
+            sleeper.close()
+            sleepy_redis.kill()
+    finally:
+        await client.aclose()
+    assert response.status_code == 202, response.text
+    answer = strict_json(response)
+    assert answer["state"]["version"] == 1 and answer["state"]["paused"] is True
+    assert answer["wait"]["ok"] is False
+    assert "applied" in answer["detail"] and "check the state" in answer["detail"]
+    assert elapsed < 5.0 + SLACK_S
