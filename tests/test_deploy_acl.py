@@ -2,32 +2,42 @@
 
 A private redis-server (free port, temporary directory, no persistence) is started with the
 deployment's own redis.conf and the ACL template deploy/k8s/base/redis/users.acl rendered by
-the deployment's own render-acl.sh (test passwords instead of the Secret's), exactly as the
-Kubernetes init container and compose do. Then redis-py connects as each user and checks what it
-may and may not do. The shared Redis on 6379 is never touched.
+the deployment's own render-acl.sh for two fleets (test passwords instead of the Secret's),
+exactly as the Kubernetes init container and compose do. Then redis-py connects as each user and
+checks what it may and may not do: by hand, command by command, and by running the real code
+(``Fleet``, ``FleetController``, ``StreamSource``) as the users it runs as in the deployment.
+The shared Redis on 6379 is never touched.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from coordinator.fleet.fleet import Fleet
+from replica.contract import ITEM_FIELD, WORK_GROUP, Keys
+from replica.service.settings import ReplicaSettings
+from replica.service.source import StreamSource
+from tests.fleetkit import replicas
 
 REPO = Path(__file__).resolve().parent.parent
 REDIS_DIR = REPO / "deploy" / "k8s" / "base" / "redis"
@@ -35,22 +45,40 @@ ACL_TEMPLATE = REDIS_DIR / "users.acl"
 RENDER_ACL = REDIS_DIR / "render-acl.sh"
 REDIS_CONF = REDIS_DIR / "redis.conf"
 
+FLEET = "orders.eu-1"
+"""The fleet of the ``replica`` fixture (and of every test's ``fleet``)."""
+OTHER = "billing"
+"""Another fleet served by the same Redis: a replica of FLEET must not reach it."""
+FLEETS = (FLEET, OTHER)
+
+
+def replica_user(fleet: str) -> str:
+    """The ACL user of fleet ``fleet``'s replicas."""
+    return f"replica-{fleet}"
+
+
 PASSWORDS = {
     "admin": "test-admin-password-0001",
     "coordinator": "test-coordinator-password-0001",
-    "replica": "test-replica-password-0001",
+    replica_user(FLEET): "test-replica-orders-password-0001",
+    replica_user(OTHER): "test-replica-billing-password-0001",
 }
-RENDER_ENV_NAMES = {
-    "admin": "REDIS_ADMIN_PASSWORD",
-    "coordinator": "REDIS_COORDINATOR_PASSWORD",
-    "replica": "REDIS_REPLICA_PASSWORD",
-}
+
+
+def password_variable(user: str) -> str:
+    """The environment variable render-acl.sh reads the user's password from."""
+    if user in {"admin", "coordinator"}:
+        return f"REDIS_{user.upper()}_PASSWORD"
+    fleet = user.removeprefix("replica-")
+    return "REDIS_REPLICA_PASSWORD_" + re.sub(r"[.-]", "_", fleet.upper())
+
 
 # Generous bounds for a loaded machine; none of them is asserted on, they only stop a hang.
 SERVER_START_TIMEOUT_S = 60.0
 SERVER_STOP_TIMEOUT_S = 30.0
 PUBSUB_TIMEOUT_S = 15.0
 CLIENT_SOCKET_TIMEOUT_S = 30.0
+FLOW_TIMEOUT_S = 60.0
 
 FLEET_NAME = r"[a-z0-9][a-z0-9_.-]{0,62}"
 
@@ -69,11 +97,16 @@ def _no_retries() -> Retry:
 # --- the private server ------------------------------------------------------------------------
 
 
-def _render_acl(destination: Path, passwords: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _render_acl(
+    destination: Path,
+    passwords: dict[str, str] | None = None,
+    fleets: tuple[str, ...] = FLEETS,
+) -> subprocess.CompletedProcess[str]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    env.update({RENDER_ENV_NAMES[user]: value for user, value in passwords.items()})
+    for user, value in (PASSWORDS if passwords is None else passwords).items():
+        env[password_variable(user)] = value
     return subprocess.run(
-        ["sh", str(RENDER_ACL), str(ACL_TEMPLATE), str(destination)],
+        ["sh", str(RENDER_ACL), str(ACL_TEMPLATE), str(destination), *fleets],
         env=env,
         capture_output=True,
         text=True,
@@ -107,6 +140,13 @@ class Server:
             password=PASSWORDS[user] if password is None else password,
             **options,
         )
+
+    def url(self, user: str) -> str:
+        """The FLEETGATE_REDIS_URL of ``user``, as the Deployments build it (database 0)."""
+        return f"redis://{user}:{PASSWORDS[user]}@127.0.0.1:{self.port}/0"
+
+    def async_client(self, user: str) -> aioredis.Redis:
+        return aioredis.Redis.from_url(self.url(user), decode_responses=True)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -145,12 +185,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     redis_server = shutil.which("redis-server")
     if redis_server is None:
         pytest.skip("redis-server is not on PATH: cannot start a private Redis for the ACL test")
-    for tool in ("sh", "sha256sum", "awk", "sed"):
+    for tool in ("sh", "sha256sum", "awk", "sed", "tr", "sort", "uniq"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not on PATH: render-acl.sh needs it")
     workdir = tmp_path_factory.mktemp("redis-acl")
     aclfile = workdir / "users.acl"
-    rendered = _render_acl(aclfile, PASSWORDS)
+    rendered = _render_acl(aclfile)
     assert rendered.returncode == 0, rendered.stderr
     log = workdir / "redis.log"
     for _attempt in range(5):
@@ -210,14 +250,27 @@ def coordinator(server: Server) -> Iterator[redis.Redis]:
 
 @pytest.fixture(scope="module")
 def replica(server: Server) -> Iterator[redis.Redis]:
-    client = server.client("replica")
+    """A replica of FLEET."""
+    client = server.client(replica_user(FLEET))
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def other_replica(server: Server) -> Iterator[redis.Redis]:
+    """A replica of OTHER."""
+    client = server.client(replica_user(OTHER))
     yield client
     client.close()
 
 
 @pytest.fixture
-def fleet() -> str:
-    return f"t-{uuid.uuid4().hex[:12]}"
+def fleet(admin: redis.Redis) -> str:
+    """FLEET, on an empty database with an empty ACL LOG (the fleets are fixed by the rendered
+    file, so each test starts from a clean server instead of from fresh names)."""
+    admin.flushall()
+    admin.execute_command("ACL", "LOG", "RESET")
+    return FLEET
 
 
 def _denied(call: Callable[[], object]) -> redis.ResponseError:
@@ -241,12 +294,17 @@ def _next_message(pubsub: redis.client.PubSub, kind: str) -> dict[str, Any]:
     raise AssertionError(f"no {kind} message within {PUBSUB_TIMEOUT_S}s")
 
 
+def _acl_log(admin: redis.Redis) -> list[dict[str, Any]]:
+    """The server's ACL LOG (denied commands, keys, channels and logins), newest first."""
+    return [dict(entry) for entry in admin.acl_log()]
+
+
 # --- the rendered file and the users -----------------------------------------------------------
 
 
 def test_the_rendered_acl_holds_password_hashes_never_passwords(tmp_path: Path) -> None:
     rendered = tmp_path / "users.acl"
-    result = _render_acl(rendered, PASSWORDS)
+    result = _render_acl(rendered)
     assert result.returncode == 0, result.stderr
     text = rendered.read_text(encoding="utf-8")
     for password in PASSWORDS.values():
@@ -254,8 +312,23 @@ def test_the_rendered_acl_holds_password_hashes_never_passwords(tmp_path: Path) 
         assert "#" + hashlib.sha256(password.encode()).hexdigest() in text
     assert "__" not in text
     users = [line.split()[1] for line in text.splitlines()]
-    assert users == ["default", "admin", "coordinator", "replica"]
+    assert users == ["default", "admin", "coordinator", replica_user(FLEET), replica_user(OTHER)]
     assert oct(rendered.stat().st_mode & 0o777) == oct(0o600)
+
+
+def test_each_fleets_replica_user_is_confined_to_that_fleets_keys_and_channels(
+    tmp_path: Path,
+) -> None:
+    rendered = tmp_path / "users.acl"
+    assert _render_acl(rendered).returncode == 0
+    lines = {line.split()[1]: line for line in rendered.read_text("utf-8").splitlines()}
+    for fleet, other in ((FLEET, OTHER), (OTHER, FLEET)):
+        line = lines[replica_user(fleet)]
+        patterns = re.findall(r"(?:%R~|~|&)(\S+?)\)?(?=\s|$)", line)
+        assert patterns, line
+        assert all(p.startswith(f"fleetgate:{{{fleet}}}:") for p in patterns), patterns
+        assert other not in line
+        assert "*}" not in line and "{*" not in line
 
 
 @pytest.mark.parametrize(
@@ -271,18 +344,79 @@ def test_the_rendered_acl_holds_password_hashes_never_passwords(tmp_path: Path) 
 def test_rendering_refuses_placeholder_short_or_url_unsafe_passwords(
     tmp_path: Path, password: str, complaint: str
 ) -> None:
-    passwords = dict(PASSWORDS, replica=password)
+    passwords = dict(PASSWORDS)
+    passwords[replica_user(FLEET)] = password
     result = _render_acl(tmp_path / "users.acl", passwords)
     assert result.returncode != 0
     assert complaint in result.stderr
     assert not (tmp_path / "users.acl").exists()
 
 
-def test_redis_loads_exactly_the_four_users_with_default_off(admin: redis.Redis) -> None:
+@pytest.mark.parametrize(
+    "name",
+    [
+        "*",
+        "orders*",
+        "a?",
+        "a[b]",
+        "a\\b",
+        "{a}",
+        "a}b",
+        "a:b",
+        "Orders",
+        "a b",
+        "a\nb",
+        "-a",
+        ".a",
+        "a" * 64,
+        "ordérs",
+    ],
+)
+def test_rendering_refuses_a_fleet_name_that_could_widen_a_glob_or_is_not_a_fleet_name(
+    tmp_path: Path, name: str
+) -> None:
+    passwords = dict(PASSWORDS, **{replica_user(name): "a-replica-password-0001"})
+    result = _render_acl(tmp_path / "users.acl", passwords, fleets=(FLEET, name))
+    assert result.returncode != 0
+    assert "invalid fleet name" in result.stderr
+    assert not (tmp_path / "users.acl").exists()
+
+
+@pytest.mark.parametrize(
+    ("fleets", "complaint"),
+    [
+        ((), "usage"),
+        ((FLEET, FLEET), "named twice"),
+        (("a.b", "a-b"), "shares the password variable REDIS_REPLICA_PASSWORD_A_B"),
+        ((FLEET, "extra"), "REDIS_REPLICA_PASSWORD_EXTRA is empty or unset"),
+    ],
+)
+def test_rendering_refuses_no_fleet_a_repeated_fleet_or_a_fleet_without_its_own_password(
+    tmp_path: Path, fleets: tuple[str, ...], complaint: str
+) -> None:
+    passwords = dict(PASSWORDS, **{replica_user("a.b"): "a-replica-password-0001"})
+    result = _render_acl(tmp_path / "users.acl", passwords, fleets=fleets)
+    assert result.returncode != 0
+    assert complaint in result.stderr
+    assert not (tmp_path / "users.acl").exists()
+
+
+@pytest.mark.parametrize("same_as", [replica_user(OTHER), "coordinator", "admin"])
+def test_rendering_refuses_one_password_for_two_users(tmp_path: Path, same_as: str) -> None:
+    """Else a replica of one fleet could log in as another fleet's replica (or worse)."""
+    passwords = dict(PASSWORDS)
+    passwords[replica_user(FLEET)] = PASSWORDS[same_as]
+    result = _render_acl(tmp_path / "users.acl", passwords)
+    assert result.returncode != 0
+    assert "same password" in result.stderr
+
+
+def test_redis_loads_exactly_the_rendered_users_with_default_off(admin: redis.Redis) -> None:
     users = {line.split()[1]: line for line in admin.execute_command("ACL", "LIST")}
-    assert set(users) == {"default", "admin", "coordinator", "replica"}
+    assert set(users) == {"default", "admin", "coordinator", *map(replica_user, FLEETS)}
     assert " off " in users["default"]
-    assert " on " in users["replica"] and " on " in users["coordinator"]
+    for user in ("coordinator", *map(replica_user, FLEETS)):
+        assert " on " in users[user]
 
 
 def test_a_client_without_credentials_is_refused(server: Server) -> None:
@@ -311,7 +445,7 @@ def test_the_default_user_is_refused(server: Server, password: str) -> None:
         client.close()
 
 
-@pytest.mark.parametrize("user", ["replica", "coordinator", "admin"])
+@pytest.mark.parametrize("user", [replica_user(FLEET), "coordinator", "admin"])
 def test_a_wrong_password_is_refused(server: Server, user: str) -> None:
     client = server.client(user, password="not-the-password-0001", retry=_no_retries())
     try:
@@ -319,6 +453,36 @@ def test_a_wrong_password_is_refused(server: Server, user: str) -> None:
             client.ping()
     finally:
         client.close()
+
+
+def test_a_replica_cannot_log_in_as_another_fleets_replica_with_its_own_password(
+    server: Server,
+) -> None:
+    client = server.client(
+        replica_user(OTHER), password=PASSWORDS[replica_user(FLEET)], retry=_no_retries()
+    )
+    try:
+        with pytest.raises(redis.AuthenticationError):
+            client.ping()
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+@pytest.mark.parametrize("user", ["coordinator", replica_user(FLEET)])
+def test_what_redis_py_sends_on_connect_is_never_refused(
+    server: Server, admin: redis.Redis, fleet: str, user: str, protocol: int
+) -> None:
+    """AUTH or HELLO 3 AUTH, CLIENT SETNAME, CLIENT SETINFO (7.2+; on 7.0 it is unknown and
+    ignored): nothing of the handshake lands in the ACL LOG."""
+    client = server.client(user, protocol=protocol, client_name="fleetgate-acl-test")
+    try:
+        assert client.ping() is True
+        assert client.execute_command("CLIENT", "GETNAME") == "fleetgate-acl-test"
+        assert client.hgetall(key(fleet, "state")) == {}
+    finally:
+        client.close()
+    assert _acl_log(admin) == []
 
 
 # --- the replica: what it may do ---------------------------------------------------------------
@@ -332,9 +496,6 @@ def test_the_replica_can_read_the_state_hash(
     assert replica.hget(key(fleet, "state"), "version") == "7"
     assert replica.hmget(key(fleet, "state"), ["paused", "version"]) == ["1", "7"]
     assert replica.exists(key(fleet, "state")) == 1
-    # A read-only script may declare the state key (EVAL_RO's keys are read-only).
-    script = "return redis.call('HGET', KEYS[1], 'version')"
-    assert replica.eval_ro(script, 1, key(fleet, "state")) == "7"
 
 
 def test_the_replica_can_maintain_its_own_record_and_registration(
@@ -356,8 +517,8 @@ def test_the_replica_can_maintain_its_own_record_and_registration(
 def test_the_replica_poll_pipeline_is_allowed(
     replica: redis.Redis, coordinator: redis.Redis, fleet: str, transaction: bool
 ) -> None:
-    """The poll of replica/control/controller.py: read the state and the live peers, refresh its record
-    and registration, acknowledge; as a plain pipeline or inside MULTI/EXEC."""
+    """The poll of replica/control/controller.py: read the state and the live peers, refresh its
+    record and registration, acknowledge; as a plain pipeline or inside MULTI/EXEC."""
     coordinator.hset(key(fleet, "state"), mapping={"paused": "0", "version": "3"})
     record = key(fleet, "replica:pod-1")
     pipe = replica.pipeline(transaction=transaction)
@@ -378,26 +539,50 @@ def test_the_replica_poll_pipeline_is_allowed(
     assert pipe.execute() == [1, 1]
 
 
+def test_the_replica_sends_its_record_and_ack_behind_client_reply_skip(
+    replica: redis.Redis, coordinator: redis.Redis, fleet: str
+) -> None:
+    """replica/control/redisio.py probes CLIENT REPLY SKIP (the fast path at a change)."""
+    conn = replica.connection_pool.get_connection()
+    try:
+        conn.send_packed_command(
+            conn.pack_commands(
+                [
+                    ("CLIENT", "REPLY", "SKIP"),
+                    ("HSET", key(fleet, "replica:pod-1"), "applied_version", "4"),
+                    ("PING", "after"),
+                ]
+            )
+        )
+        assert conn.read_response() == "after"
+    finally:
+        replica.connection_pool.release(conn)
+    assert coordinator.hget(key(fleet, "replica:pod-1"), "applied_version") == "4"
+
+
 def test_the_replica_dead_letters_and_acks_in_one_transaction(
     replica: redis.Redis, coordinator: redis.Redis, fleet: str
 ) -> None:
-    """replica/service/source.py's _move_to_dead: XADD the dead letter and XACK the work item."""
+    """replica/service/source.py's dead letter: XADD the dead letter, XACK the work item and
+    forget its run count, in one MULTI/EXEC."""
     work = key(fleet, "work")
     replica.xgroup_create(work, "fleetgate", id="0", mkstream=True)
     entry = coordinator.xadd(work, {"item": "not json"})
     replica.xreadgroup("fleetgate", "pod-1", {work: ">"}, count=1)
+    assert replica.hincrby(key(fleet, "runs"), entry, 1) == 1
     pipe = replica.pipeline(transaction=True)
     pipe.xadd(key(fleet, "dead"), {"item": "not json", "entry": entry, "error": "malformed"})
     pipe.xack(work, "fleetgate", entry)
-    _dead_id, acked = pipe.execute()
-    assert acked == 1
+    pipe.hdel(key(fleet, "runs"), entry)
+    _dead_id, acked, forgotten = pipe.execute()
+    assert (acked, forgotten) == (1, 1)
     assert coordinator.xlen(key(fleet, "dead")) == 1
     # Renewing a lease: XPENDING for its own consumer, then XCLAIM JUSTID.
     assert replica.xpending_range(work, "fleetgate", "-", "+", 10, consumername="pod-1") == []
     assert replica.xclaim(work, "fleetgate", "pod-1", 0, [entry], justid=True) == []
 
 
-def test_the_replica_can_consume_the_work_stream(
+def test_the_replica_can_consume_count_runs_and_trim_the_work_stream(
     replica: redis.Redis, coordinator: redis.Redis, fleet: str
 ) -> None:
     work = key(fleet, "work")
@@ -407,15 +592,20 @@ def test_the_replica_can_consume_the_work_stream(
     second = coordinator.xadd(work, {"item": "2"})
     batch = replica.xreadgroup("fleetgate", "pod-1", {work: ">"}, count=10)
     assert [entry_id for entry_id, _ in batch[0][1]] == [first, second]
+    assert replica.hincrby(key(fleet, "runs"), second, 1) == 1
+    assert replica.hget(key(fleet, "runs"), second) == "1"
     assert replica.xack(work, "fleetgate", first) == 1
     assert replica.xpending(work, "fleetgate")["pending"] == 1
     # Another replica takes over the item pod-1 never acknowledged.
     claimed = replica.xautoclaim(work, "fleetgate", "pod-2", min_idle_time=0, start_id="0-0")
     assert [entry_id for entry_id, _ in claimed[1]] == [second]
     assert replica.xack(work, "fleetgate", second) == 1
+    assert replica.hdel(key(fleet, "runs"), second) == 1
     assert replica.xlen(work) == 2
     assert replica.xinfo_groups(work)[0]["name"] == "fleetgate"
-    assert coordinator.xinfo_stream(work)["length"] == 2
+    # Acknowledged entries are trimmed away (up to the oldest one still needed).
+    assert replica.xtrim(work, minid=second, approximate=False) == 1
+    assert coordinator.xinfo_stream(work)["length"] == 1
 
 
 def test_the_replica_can_write_dead_letters_and_demo_results(
@@ -424,6 +614,7 @@ def test_the_replica_can_write_dead_letters_and_demo_results(
     replica.xadd(key(fleet, "dead"), {"item": "1-0", "error": "boom"})
     assert replica.hincrby(key(fleet, "demo:done"), "pod-1", 1) == 1
     replica.xadd(key(fleet, "demo:log"), {"item": "1-0", "replica": "pod-1"}, maxlen=1000)
+    assert replica.hget(key(fleet, "demo:dependency"), "down") is None
     assert coordinator.xlen(key(fleet, "dead")) == 1
     assert coordinator.hget(key(fleet, "demo:done"), "pod-1") == "1"
 
@@ -431,7 +622,7 @@ def test_the_replica_can_write_dead_letters_and_demo_results(
 def test_the_replica_subscribes_to_control_and_receives_the_coordinators_messages(
     server: Server, coordinator: redis.Redis, fleet: str
 ) -> None:
-    client = server.client("replica")
+    client = server.client(replica_user(fleet))
     pubsub = client.pubsub()
     try:
         pubsub.subscribe(key(fleet, "control"))
@@ -441,6 +632,42 @@ def test_the_replica_subscribes_to_control_and_receives_the_coordinators_message
     finally:
         pubsub.close()
         client.close()
+
+
+def _resp(*args: str) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
+
+
+def test_the_replicas_subscription_connection_logs_in_subscribes_and_pings(
+    server: Server, fleet: str
+) -> None:
+    """What replica/control/subscription.py writes on its own connection, byte for byte."""
+    user = replica_user(fleet)
+    with socket.create_connection(
+        ("127.0.0.1", server.port), timeout=CLIENT_SOCKET_TIMEOUT_S
+    ) as sock:
+        sock.sendall(
+            _resp("AUTH", user, PASSWORDS[user])
+            + _resp("SUBSCRIBE", key(fleet, "control"))
+            + _resp("PING")
+        )
+        expected = (
+            b"+OK\r\n"
+            + b"*3\r\n$9\r\nsubscribe\r\n"
+            + b"$%d\r\n%s\r\n:1\r\n" % (len(key(fleet, "control")), key(fleet, "control").encode())
+            + b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"
+        )
+        received = b""
+        while len(received) < len(expected) and not received.startswith(b"-"):
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            received += chunk
+    assert received == expected
 
 
 def test_the_replica_publishes_acks_and_the_coordinator_receives_them(
@@ -458,7 +685,14 @@ def test_the_replica_publishes_acks_and_the_coordinator_receives_them(
         client.close()
 
 
-# --- the replica: what it must not do ----------------------------------------------------------
+def test_the_replica_may_discover_cluster_slots(replica: redis.Redis) -> None:
+    """Allowed by the ACL; this standalone server then answers that cluster mode is off."""
+    for subcommand in ("SLOTS", "SHARDS"):
+        with pytest.raises(redis.ResponseError, match="cluster support disabled"):
+            replica.execute_command("CLUSTER", subcommand)
+
+
+# --- the replica: what it must not do in its own fleet -----------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -518,7 +752,7 @@ def test_the_replica_cannot_publish_on_the_control_channel(
 def test_the_replica_cannot_subscribe_to_other_channels(
     server: Server, fleet: str, suffix: str
 ) -> None:
-    client = server.client("replica")
+    client = server.client(replica_user(fleet))
     pubsub = client.pubsub()
     try:
         pubsub.subscribe(key(fleet, suffix))
@@ -528,15 +762,16 @@ def test_the_replica_cannot_subscribe_to_other_channels(
         client.close()
 
 
-def test_the_replica_consumes_work_but_cannot_enqueue_or_destroy_it(
+def test_the_replica_consumes_work_but_cannot_enqueue_or_delete_it(
     replica: redis.Redis, coordinator: redis.Redis, fleet: str
 ) -> None:
     work = key(fleet, "work")
     coordinator.xadd(work, {"item": "1"})
     _denied(lambda: replica.xadd(work, {"item": "forged"}))
     _denied(lambda: replica.delete(work))
-    _denied(lambda: replica.xtrim(work, maxlen=0))
+    _denied(lambda: replica.xdel(work, "0-1"))
     _denied(lambda: replica.xgroup_destroy(work, "fleetgate"))
+    _denied(lambda: replica.xgroup_setid(work, "fleetgate", "$"))
     assert coordinator.xlen(work) == 1
 
 
@@ -552,13 +787,6 @@ def test_the_replica_cannot_write_keys_outside_its_families(
     _denied(lambda: replica.execute_command("XADD", name, "*", "a", "1"))
 
 
-def test_the_replica_may_discover_cluster_slots(replica: redis.Redis) -> None:
-    """Allowed by the ACL; this standalone server then answers that cluster mode is off."""
-    for subcommand in ("SLOTS", "SHARDS"):
-        with pytest.raises(redis.ResponseError, match="cluster support disabled"):
-            replica.execute_command("CLUSTER", subcommand)
-
-
 @pytest.mark.parametrize(
     "command",
     [
@@ -566,85 +794,212 @@ def test_the_replica_may_discover_cluster_slots(replica: redis.Redis) -> None:
         ("FLUSHDB",),
         ("KEYS", "*"),
         ("SCAN", "0"),
+        ("RANDOMKEY",),
+        ("DBSIZE",),
+        ("SELECT", "1"),
+        ("SELECT", "0"),
         ("CONFIG", "GET", "*"),
         ("ACL", "LIST"),
         ("CLIENT", "LIST"),
         ("CLIENT", "KILL", "ID", "999999"),
-        ("SCRIPT", "FLUSH"),
+        ("CLIENT", "TRACKING", "ON", "BCAST"),
+        ("CLIENT", "TRACKING", "ON"),
+        ("CLIENT", "CACHING", "YES"),
         ("SWAPDB", "0", "1"),
         ("BGSAVE",),
         ("INFO",),
+        ("PUBSUB", "CHANNELS"),
         ("SET", "fleetgate:{x}:replica:y", "1"),
         ("CLUSTER", "RESET"),
         ("PSUBSCRIBE", "fleetgate:*"),
     ],
 )
-def test_the_replica_is_denied_administrative_and_unlisted_commands(
+def test_the_replica_is_denied_administrative_keyspace_wide_and_unlisted_commands(
     replica: redis.Redis, command: tuple[str, ...]
 ) -> None:
     _denied(lambda: replica.execute_command(*command))
 
 
-def test_a_replica_script_that_writes_the_state_hash_is_denied_with_noperm(
+BUSY_LOOP = "local t = redis.call('TIME'); while true do end"
+"""The issue's reproduction: a Lua loop that holds every client of the server while it runs."""
+
+FUNCTION_LIBRARY = "#!lua name=acltest\nredis.register_function('f', function() return 1 end)"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("EVAL", BUSY_LOOP, "0"),
+        ("EVAL", "return 1", "0"),
+        ("EVAL", "return redis.call('HGETALL', KEYS[1])", "1", "{state}"),
+        ("EVAL_RO", "return redis.call('HGETALL', KEYS[1])", "1", "{state}"),
+        ("EVALSHA", "{sha}", "0"),
+        ("EVALSHA_RO", "{sha}", "0"),
+        ("SCRIPT", "LOAD", "return 1"),
+        ("SCRIPT", "EXISTS", "{sha}"),
+        ("SCRIPT", "FLUSH"),
+        ("SCRIPT", "KILL"),
+        ("FUNCTION", "LOAD", FUNCTION_LIBRARY),
+        ("FUNCTION", "LIST"),
+        ("FUNCTION", "FLUSH"),
+        ("FUNCTION", "DELETE", "acltest"),
+        ("FCALL", "f", "0"),
+        ("FCALL_RO", "f", "0"),
+    ],
+)
+def test_the_replica_may_run_no_script_and_no_function(
+    replica: redis.Redis, coordinator: redis.Redis, fleet: str, command: tuple[str, ...]
+) -> None:
+    """Not even one that only reads its own fleet's state: under the ACL a state hash Redis
+    lost is restored by the coordinator."""
+    sha = coordinator.script_load("return 1")
+    names = {"{sha}": sha, "{state}": key(fleet, "state")}
+    _denied(lambda: replica.execute_command(*[names.get(part, part) for part in command]))
+    # Refused before it ran: the server answers the others (a script running would be BUSY).
+    assert coordinator.ping() is True
+
+
+def test_the_codes_restore_state_script_is_denied_to_the_replica_and_runs_for_the_coordinator(
     replica: redis.Redis, coordinator: redis.Redis, fleet: str
 ) -> None:
-    coordinator.hset(key(fleet, "state"), mapping={"paused": "1", "version": "5"})
-    write = "return redis.call('HSET', KEYS[1], 'paused', '0')"
-    error = _denied(lambda: replica.eval(write, 1, key(fleet, "state")))
+    script = _script("restore_state.lua")
+    keys = [key(fleet, s) for s in ("state", "audit", "control")]
+    now = "2030-01-01T00:00:00.000Z"
+    args = ["3", "1", now, "pod-1", "1000", '{"paused": true}', "paused", "1", "version", "3"]
+    # As the controller calls it: redis-py's Script (EVALSHA, then SCRIPT LOAD on NOSCRIPT).
+    error = _denied(lambda: replica.register_script(script)(keys=keys, args=args))
     assert isinstance(error, redis.exceptions.NoPermissionError)
-    sha = replica.script_load(write)
-    error = _denied(lambda: replica.evalsha(sha, 1, key(fleet, "state")))
-    assert isinstance(error, redis.exceptions.NoPermissionError)
-    # Declaring only keys it may write and touching the state key anyway fails inside the script.
-    sneaky = (
-        "redis.call('HSET', KEYS[1], 'x', '1'); return redis.call('HSET', ARGV[1], 'paused', '0')"
-    )
-    _denied(lambda: replica.eval(sneaky, 1, key(fleet, "replica:pod-1"), key(fleet, "state")))
-    # Nor can EVAL_RO write (read-only scripts).
-    with pytest.raises(redis.ResponseError):
-        replica.eval_ro(write, 1, key(fleet, "state"))
-    assert coordinator.hgetall(key(fleet, "state")) == {"paused": "1", "version": "5"}
+    assert coordinator.exists(key(fleet, "state")) == 0
+    assert coordinator.register_script(script)(keys=keys, args=args) == 1
+    assert coordinator.hgetall(key(fleet, "state")) == {"paused": "1", "version": "3"}
 
 
-def test_a_replica_cannot_eval_a_script_declaring_the_state_key_even_to_read_it(
-    replica: redis.Redis, fleet: str
+# --- a replica and another fleet ---------------------------------------------------------------
+
+
+def _seed_other_fleet(coordinator: redis.Redis, other_replica: redis.Redis) -> dict[str, Any]:
+    """OTHER as its own replicas and coordinator leave it: a state, an entry taken and pending,
+    a record, a run count, a dead letter."""
+    work = key(OTHER, "work")
+    coordinator.hset(key(OTHER, "state"), mapping={"paused": "1", "version": "2"})
+    other_replica.xgroup_create(work, WORK_GROUP, id="0", mkstream=True)
+    entry = coordinator.xadd(work, {ITEM_FIELD: '{"id": 1}'})
+    coordinator.xadd(work, {ITEM_FIELD: '{"id": 2}'})
+    other_replica.xreadgroup(WORK_GROUP, "b-1", {work: ">"}, count=1)
+    other_replica.hset(key(OTHER, "replica:b-1"), mapping={"applied_version": "2"})
+    other_replica.zadd(key(OTHER, "replicas"), {"b-1": 1_700_000_000})
+    other_replica.hincrby(key(OTHER, "runs"), entry, 1)
+    other_replica.xadd(key(OTHER, "dead"), {"item": "x"})
+    return {"entry": entry}
+
+
+def _other_fleet_snapshot(admin: redis.Redis) -> dict[str, Any]:
+    work = key(OTHER, "work")
+    return {
+        "state": admin.hgetall(key(OTHER, "state")),
+        "work": admin.xlen(work),
+        "pending": admin.xpending(work, WORK_GROUP),
+        "group": admin.xinfo_groups(work),
+        "record": admin.hgetall(key(OTHER, "replica:b-1")),
+        "replicas": admin.zrange(key(OTHER, "replicas"), 0, -1, withscores=True),
+        "runs": admin.hgetall(key(OTHER, "runs")),
+        "dead": admin.xlen(key(OTHER, "dead")),
+    }
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("HGETALL", "{state}"),
+        ("HGET", "{state}", "paused"),
+        ("EXISTS", "{state}"),
+        ("XREADGROUP", "GROUP", WORK_GROUP, "a-1", "STREAMS", "{work}", ">"),
+        ("XREADGROUP", "GROUP", WORK_GROUP, "a-1", "STREAMS", "{work}", "0"),
+        ("XACK", "{work}", WORK_GROUP, "{entry}"),
+        ("XAUTOCLAIM", "{work}", WORK_GROUP, "a-1", "0", "0-0"),
+        ("XCLAIM", "{work}", WORK_GROUP, "a-1", "0", "{entry}"),
+        ("XPENDING", "{work}", WORK_GROUP),
+        ("XINFO", "GROUPS", "{work}"),
+        ("XRANGE", "{work}", "-", "+"),
+        ("XLEN", "{work}"),
+        ("XTRIM", "{work}", "MAXLEN", "0"),
+        ("XGROUP", "CREATE", "{work}", "mine", "0"),
+        ("XGROUP", "DELCONSUMER", "{work}", WORK_GROUP, "b-1"),
+        ("HGETALL", "{record}"),
+        ("HSET", "{record}", "applied_version", "9"),
+        ("DEL", "{record}"),
+        ("ZADD", "{replicas}", "1", "a-1"),
+        ("ZREM", "{replicas}", "b-1"),
+        ("ZRANGEBYSCORE", "{replicas}", "0", "+inf"),
+        ("HINCRBY", "{runs}", "{entry}", "5"),
+        ("HDEL", "{runs}", "{entry}"),
+        ("XADD", "{dead}", "*", "item", "x"),
+        ("XRANGE", "{dead}", "-", "+"),
+        ("HINCRBY", "{demo_done}", "x", "1"),
+        ("PUBLISH", "{acks}", '{"replica": "b-1", "version": 2, "event": "quiet"}'),
+        ("SPUBLISH", "{acks}", "x"),
+    ],
+)
+def test_a_replica_cannot_read_or_take_another_fleets_state_work_records_or_acks(
+    replica: redis.Redis,
+    other_replica: redis.Redis,
+    coordinator: redis.Redis,
+    admin: redis.Redis,
+    fleet: str,
+    command: tuple[str, ...],
 ) -> None:
-    """EVAL/EVALSHA declare their keys read-write, so the replica must read the state with a
-    plain command, a MULTI/EXEC pipeline or EVAL_RO/EVALSHA_RO."""
-    read = "return redis.call('HGETALL', KEYS[1])"
-    error = _denied(lambda: replica.eval(read, 1, key(fleet, "state")))
+    seeded = _seed_other_fleet(coordinator, other_replica)
+    before = _other_fleet_snapshot(admin)
+    names = {
+        "{state}": key(OTHER, "state"),
+        "{work}": key(OTHER, "work"),
+        "{record}": key(OTHER, "replica:b-1"),
+        "{replicas}": key(OTHER, "replicas"),
+        "{runs}": key(OTHER, "runs"),
+        "{dead}": key(OTHER, "dead"),
+        "{demo_done}": key(OTHER, "demo:done"),
+        "{acks}": key(OTHER, "acks"),
+        "{entry}": seeded["entry"],
+    }
+    error = _denied(lambda: replica.execute_command(*[names.get(p, p) for p in command]))
     assert isinstance(error, redis.exceptions.NoPermissionError)
-    assert replica.eval_ro(read, 1, key(fleet, "state")) == []
+    assert _other_fleet_snapshot(admin) == before
 
 
-def test_a_replica_restore_state_if_absent_script_is_denied(
-    replica: redis.Redis, coordinator: redis.Redis, fleet: str
+@pytest.mark.parametrize("kind", ["subscribe", "ssubscribe"])
+def test_a_replica_cannot_subscribe_to_another_fleets_control_channel(
+    server: Server, fleet: str, kind: str
 ) -> None:
-    restore = """
-    if redis.call('EXISTS', KEYS[1]) == 0 then
-      redis.call('HSET', KEYS[1], 'paused', ARGV[1], 'version', ARGV[2])
-      redis.call('XADD', KEYS[2], '*', 'action', 'restore')
-      redis.call('PUBLISH', KEYS[3], ARGV[1])
-      return 1
-    end
-    return 0
-    """
-    keys = [key(fleet, "state"), key(fleet, "audit"), key(fleet, "control")]
-    error = _denied(lambda: replica.eval(restore, 3, *keys, "1", "9"))
-    assert isinstance(error, redis.exceptions.NoPermissionError)
-    assert coordinator.exists(key(fleet, "state"), key(fleet, "audit")) == 0
-    # The coordinator is the one that restores.
-    assert coordinator.eval(restore, 3, *keys, "1", "9") == 1
-    assert coordinator.hgetall(key(fleet, "state")) == {"paused": "1", "version": "9"}
+    client = server.client(replica_user(fleet))
+    pubsub = client.pubsub()
+    try:
+        getattr(pubsub, kind)(key(OTHER, "control"))
+        _denied(lambda: pubsub.get_message(timeout=PUBSUB_TIMEOUT_S))
+    finally:
+        pubsub.close()
+        client.close()
+
+
+def test_each_fleets_replica_follows_its_own_fleet_only(
+    replica: redis.Redis, other_replica: redis.Redis, coordinator: redis.Redis, fleet: str
+) -> None:
+    """Both ways round: OTHER's replica is as confined as FLEET's."""
+    coordinator.hset(key(fleet, "state"), "version", "1")
+    coordinator.hset(key(OTHER, "state"), "version", "2")
+    assert replica.hget(key(fleet, "state"), "version") == "1"
+    assert other_replica.hget(key(OTHER, "state"), "version") == "2"
+    _denied(lambda: other_replica.hget(key(fleet, "state"), "version"))
+    _denied(lambda: other_replica.hset(key(fleet, "replica:b-1"), "state", "running"))
+    _denied(lambda: other_replica.publish(key(fleet, "acks"), "x"))
 
 
 # --- the coordinator ---------------------------------------------------------------------------
 
 
-def test_the_coordinator_can_change_state_audit_and_announce_it_atomically(
+def test_the_coordinator_runs_its_scripts_with_script_load_and_evalsha(
     server: Server, coordinator: redis.Redis, fleet: str
 ) -> None:
-    listener = server.client("replica")
+    listener = server.client(replica_user(fleet))
     pubsub = listener.pubsub()
     try:
         pubsub.subscribe(key(fleet, "control"))
@@ -655,15 +1010,36 @@ def test_the_coordinator_can_change_state_audit_and_announce_it_atomically(
         return redis.call('PUBLISH', KEYS[3], ARGV[2])
         """
         sha = coordinator.script_load(change)
+        assert coordinator.script_exists(sha) == [True]
         keys = [key(fleet, "state"), key(fleet, "audit"), key(fleet, "control")]
         assert coordinator.evalsha(sha, 3, *keys, "1", "1") == 1
         assert _next_message(pubsub, "message")["data"] == "1"
-        assert coordinator.eval(change, 3, *keys, "0", "2") == 1
-        assert coordinator.hgetall(key(fleet, "state")) == {"paused": "0", "version": "2"}
-        assert coordinator.xlen(key(fleet, "audit")) == 2
+        assert coordinator.hgetall(key(fleet, "state")) == {"paused": "1", "version": "1"}
+        assert coordinator.xlen(key(fleet, "audit")) == 1
     finally:
         pubsub.close()
         listener.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "keys"),
+    [
+        ("return redis.call('SET', KEYS[1], '1')", ["unrelated-key"]),
+        ("return redis.call('FLUSHALL')", []),
+        ("return redis.call('SCAN', '0')", []),
+        ("return redis.call('KEYS', '*')", []),
+        ("return redis.call('HSET', ARGV[1], 'a', '1')", [key("orders.eu-1", "state")]),
+    ],
+)
+def test_any_script_the_coordinator_loads_is_still_held_to_its_acl(
+    coordinator: redis.Redis, admin: redis.Redis, fleet: str, body: str, keys: list[str]
+) -> None:
+    """The ACL cannot limit the coordinator to its own scripts (nothing names a script), but
+    every Redis call inside one is checked against the coordinator's rules."""
+    admin.set("unrelated-key", "kept")
+    sha = coordinator.script_load(body)
+    _denied(lambda: coordinator.evalsha(sha, len(keys), *keys, "unrelated-key"))
+    assert admin.get("unrelated-key") == "kept"
 
 
 def test_the_coordinator_can_write_the_state_audit_and_control_directly(
@@ -689,8 +1065,7 @@ def test_the_coordinator_can_enqueue_work_inspect_it_and_reap_stale_replicas(
     assert coordinator.zrangebyscore(key(fleet, "replicas"), 0, 10) == ["gone-pod"]
     assert coordinator.zrem(key(fleet, "replicas"), "gone-pod") == 1
     assert coordinator.delete(key(fleet, "replica:gone-pod")) == 1
-    found = list(coordinator.scan_iter(match=f"fleetgate:{{{fleet}}}:*", count=1000))
-    assert found == [work]
+    assert coordinator.exists(work, key(fleet, "replicas"), key(fleet, "replica:gone-pod")) == 1
 
 
 @pytest.mark.parametrize(
@@ -698,22 +1073,69 @@ def test_the_coordinator_can_enqueue_work_inspect_it_and_reap_stale_replicas(
     [
         ("SET", "unrelated-key", "1"),
         ("GET", "unrelated-key"),
-        ("FLUSHALL",),
+        ("SCAN", "0"),
+        ("SCAN", "0", "MATCH", "fleetgate:*"),
         ("KEYS", "fleetgate:*"),
-        ("CONFIG", "SET", "maxmemory-policy", "allkeys-lru"),
-        ("ACL", "SETUSER", "replica", "+@all"),
+        ("RANDOMKEY",),
+        ("DBSIZE",),
+        ("SELECT", "1"),
+        ("SELECT", "0"),
         ("SWAPDB", "0", "1"),
+        ("MOVE", "fleetgate:{x}:state", "1"),
+        ("EVAL", BUSY_LOOP, "0"),
+        ("EVAL", "return 1", "0"),
+        ("EVAL_RO", "return 1", "0"),
+        ("EVALSHA_RO", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"),
+        ("SCRIPT", "FLUSH"),
+        ("SCRIPT", "KILL"),
+        ("FUNCTION", "LOAD", FUNCTION_LIBRARY),
+        ("FUNCTION", "FLUSH"),
+        ("FUNCTION", "LIST"),
+        ("FUNCTION", "DELETE", "acltest"),
+        ("FCALL", "f", "0"),
+        ("CLIENT", "TRACKING", "ON", "BCAST"),
+        ("CLIENT", "TRACKING", "ON"),
+        ("CLIENT", "CACHING", "YES"),
+        ("CLIENT", "LIST"),
+        ("CLIENT", "KILL", "ID", "999999"),
+        ("FLUSHALL",),
+        ("FLUSHDB",),
+        ("CONFIG", "GET", "*"),
+        ("CONFIG", "SET", "maxmemory-policy", "allkeys-lru"),
+        ("INFO",),
+        ("ACL", "SETUSER", replica_user(FLEET), "+@all"),
+        ("ACL", "LOG"),
         ("BGSAVE",),
+        ("SLOWLOG", "GET"),
+        ("PUBSUB", "CHANNELS"),
+        ("SORT", "fleetgate:{x}:replicas"),
+        ("OBJECT", "ENCODING", "fleetgate:{x}:state"),
         ("PUBLISH", "unrelated-channel", "x"),
     ],
 )
-def test_the_coordinator_is_confined_to_fleetgate_keys_and_harmless_commands(
-    coordinator: redis.Redis, command: tuple[str, ...]
+def test_the_coordinator_is_confined_to_fleetgate_keys_and_the_commands_it_needs(
+    coordinator: redis.Redis, admin: redis.Redis, fleet: str, command: tuple[str, ...]
 ) -> None:
+    admin.hset("fleetgate:{x}:state", "paused", "1")
     _denied(lambda: coordinator.execute_command(*command))
+    assert admin.hgetall("fleetgate:{x}:state") == {"paused": "1"}
 
 
-# --- the real scripts of the code --------------------------------------------------------------
+@pytest.mark.parametrize(
+    "command",
+    [("SHUTDOWN", "NOSAVE"), ("MONITOR",), ("REPLICAOF", "a", "1"), ("DEBUG", "SLEEP", "0")],
+)
+def test_neither_the_coordinator_nor_a_replica_may_stop_debug_or_watch_the_server(
+    admin: redis.Redis, command: tuple[str, ...]
+) -> None:
+    """Checked with ACL DRYRUN: run for real, a wrong answer would take the server down (and
+    DEBUG is refused by enable-debug-command before the ACL is asked)."""
+    for user in ("coordinator", *map(replica_user, FLEETS)):
+        verdict = admin.execute_command("ACL", "DRYRUN", user, *command)
+        assert verdict != "OK", f"{user}: {' '.join(command)}"
+
+
+# --- the real code, as the users it runs as ----------------------------------------------------
 
 
 def _script(name: str) -> str:
@@ -726,35 +1148,198 @@ def test_the_codes_set_state_script_runs_for_the_coordinator_only(
     script = _script("set_state.lua")
     keys = [key(fleet, s) for s in ("state", "audit", "control", "replicas")]
     now = "2030-01-01T00:00:00.000Z"
-    args = ["pause", "deploy", "test", now, "", "", "0", fleet, "1000", "1"]
-    _denied(lambda: replica.eval(script, len(keys), *keys, *args))
+    args = ["pause", "deploy", "test", now, "", "", "0", fleet, "1000", "1", "1"]
+    _denied(lambda: replica.register_script(script)(keys=keys, args=args))
     assert coordinator.exists(key(fleet, "state")) == 0
-    result = coordinator.eval(script, len(keys), *keys, *args)
+    result = coordinator.register_script(script)(keys=keys, args=args)
     assert result[0] == "ok", result
     assert coordinator.hget(key(fleet, "state"), "paused") == "1"
     assert coordinator.xlen(key(fleet, "audit")) == 1
 
 
-def test_the_codes_restore_state_script_is_denied_to_the_replica(
-    replica: redis.Redis, coordinator: redis.Redis, fleet: str
-) -> None:
-    script = _script("restore_state.lua")
-    keys = [key(fleet, s) for s in ("state", "audit", "control")]
-    now = "2030-01-01T00:00:00.000Z"
-    args = ["3", "1", now, "pod-1", "1000", '{"paused": true}', "paused", "1", "version", "3"]
-    error = _denied(lambda: replica.eval(script, len(keys), *keys, *args))
-    assert isinstance(error, redis.exceptions.NoPermissionError)
-    assert coordinator.exists(key(fleet, "state")) == 0
-    assert coordinator.eval(script, len(keys), *keys, *args) == 1
-    assert coordinator.hgetall(key(fleet, "state")) == {"paused": "1", "version": "3"}
+async def _until(condition: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Wait for a condition held in Redis or in a running component, bounded."""
+    deadline = time.monotonic() + FLOW_TIMEOUT_S
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {FLOW_TIMEOUT_S}s: {what}")
+        await asyncio.sleep(0.05)
 
 
-def _contract_keys(fleet: str) -> Any:
+@pytest.fixture
+async def fleet_of_coordinator(server: Server, fleet: str) -> AsyncIterator[Fleet]:
+    """The real ``Fleet`` on a client logged in as the coordinator."""
+    client = server.async_client("coordinator")
     try:
-        from replica.contract import Keys
-    except ImportError as exc:
-        pytest.skip(f"replica.contract (the code's key layout) is not importable: {exc}")
-    return Keys(fleet)
+        async with Fleet(client, fleet, wait_poll_interval=0.2) as handle:
+            yield handle
+    finally:
+        await client.aclose()
+
+
+async def test_a_real_pause_and_resume_reach_real_replicas_with_nothing_refused(
+    server: Server, admin: redis.Redis, fleet_of_coordinator: Fleet
+) -> None:
+    fleet = fleet_of_coordinator
+    async with replicas(server.url(replica_user(fleet.name)), fleet.name, 2) as kit:
+        state = await fleet.pause("acl test", by="tester")
+        report = await fleet.wait(state.version, timeout=FLOW_TIMEOUT_S)
+        assert report.ok, report
+        state = await fleet.resume(by="tester", reason="acl test done")
+        report = await fleet.wait(state.version, timeout=FLOW_TIMEOUT_S)
+        assert report.ok, report
+        assert [event.action for event in await fleet.history()] == ["resume", "pause"]
+        assert sorted(r.id for r in await fleet.replicas()) == sorted(kit.ids)
+        assert await fleet.enqueue([{"id": 1}]) != []
+        for member in kit.replicas:
+            stats = member.controller.stats()
+            assert (stats.write_failures, stats.poll_failures) == (0, 0), stats
+            assert stats.applied_version == state.version
+    assert _acl_log(admin) == []
+
+
+async def test_a_lost_state_is_restored_by_the_coordinator_since_replicas_may_not(
+    server: Server, admin: redis.Redis, fleet_of_coordinator: Fleet
+) -> None:
+    fleet = fleet_of_coordinator
+    async with replicas(server.url(replica_user(fleet.name)), fleet.name, 1) as kit:
+        paused = await fleet.pause("acl test", by="tester")
+        assert (await fleet.wait(paused.version, timeout=FLOW_TIMEOUT_S)).ok
+        admin.delete(key(fleet.name, "state"))  # Redis forgot it
+        controller = kit.replicas[0].controller
+
+        async def refused() -> bool:
+            return controller.stats().restore_failures > 0
+
+        await _until(refused, "the replica tried to restore the state and was refused")
+        assert admin.exists(key(fleet.name, "state")) == 0
+        assert await fleet.restore_if_missing() is True
+        restored = await fleet.state()
+        assert (restored.paused, restored.version) == (True, paused.version)
+        assert controller.applied_version == paused.version
+    denials = {(entry["username"], entry["object"]) for entry in _acl_log(admin)}
+    assert denials == {(replica_user(fleet.name), "evalsha")}
+
+
+async def test_the_real_work_source_runs_retries_and_dead_letters_with_nothing_refused(
+    server: Server, admin: redis.Redis, coordinator: redis.Redis, fleet_of_coordinator: Fleet
+) -> None:
+    fleet = fleet_of_coordinator
+    name = fleet.name
+    failures = {"flaky": 1}
+    done: list[str] = []
+
+    async def handler(item: Any) -> None:
+        if item["id"] == "poison":
+            raise RuntimeError("fails every time")
+        if failures.get(item["id"], 0) > 0:
+            failures[item["id"]] -= 1
+            raise RuntimeError("fails once")
+        done.append(item["id"])
+
+    settings = ReplicaSettings(
+        redis_url=server.url(replica_user(name)),
+        fleet=name,
+        replica_id="r1",
+        insecure_no_auth=True,
+        workers=2,
+        max_retries=1,
+    )
+    await fleet.enqueue([{"id": "a"}, {"id": "flaky"}, {"id": "poison"}])
+    coordinator.xadd(key(name, "work"), {ITEM_FIELD: "not json"})
+    client = server.async_client(replica_user(name))
+    source = StreamSource(client, settings, handler)
+    try:
+        await source.pool.start()
+        await source.start()
+
+        async def settled() -> bool:
+            pending = admin.xpending(key(name, "work"), WORK_GROUP)["pending"]
+            return (
+                sorted(done) == ["a", "flaky"]
+                and admin.xlen(key(name, "dead")) == 2
+                and (pending == 0)
+            )
+
+        await _until(settled, "two items done, two dead-lettered, nothing pending")
+    finally:
+        await source.stop(timeout=5.0)
+        await client.aclose()
+    assert source.stats().redis_errors == 0
+    assert _acl_log(admin) == []
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(name=st.from_regex(FLEET_NAME, fullmatch=True))
+def test_for_every_valid_fleet_name_the_rendered_replica_user_reaches_that_fleet_alone(
+    admin: redis.Redis, name: str
+) -> None:
+    """Loaded with ACL SETUSER (the same rules as the file), checked with ACL DRYRUN against
+    that fleet's keys and those of its nearest neighbours."""
+    with tempfile.TemporaryDirectory() as directory:
+        rendered = Path(directory) / "users.acl"
+        passwords = dict(PASSWORDS)
+        passwords[replica_user(name)] = "a-replica-password-0001"
+        result = _render_acl(rendered, passwords, fleets=(name,))
+        assert result.returncode == 0, result.stderr
+        line = next(
+            line
+            for line in rendered.read_text("utf-8").splitlines()
+            if line.split()[1] == replica_user(name)
+        )
+    user = f"hypothesis-{replica_user(name)}"
+    admin.execute_command("ACL", "SETUSER", user, *line.split()[2:])
+    try:
+
+        def allowed(*command: str) -> bool:
+            return admin.execute_command("ACL", "DRYRUN", user, *command) == "OK"
+
+        assert allowed("HGETALL", key(name, "state"))
+        assert allowed("HSET", key(name, "replica:pod-1"), "state", "running")
+        assert allowed("XREADGROUP", "GROUP", WORK_GROUP, "p", "STREAMS", key(name, "work"), ">")
+        assert allowed("HINCRBY", key(name, "runs"), "1-0", "1")
+        assert allowed("SUBSCRIBE", key(name, "control"))
+        assert allowed("PUBLISH", key(name, "acks"), "x")
+        assert not allowed("HSET", key(name, "state"), "paused", "0")
+        assert not allowed("PUBLISH", key(name, "control"), "x")
+        neighbours = {name + "x", "x" + name, name[:-1], name.replace(".", "-")} - {name, ""}
+        for other in neighbours:
+            assert not allowed("HGETALL", key(other, "state")), other
+            assert not allowed("HSET", key(other, "replica:pod-1"), "state", "running"), other
+            assert not allowed(
+                "XREADGROUP", "GROUP", WORK_GROUP, "p", "STREAMS", key(other, "work"), ">"
+            ), other
+            assert not allowed("SUBSCRIBE", key(other, "control")), other
+            assert not allowed("PUBLISH", key(other, "acks"), "x"), other
+    finally:
+        admin.execute_command("ACL", "DELUSER", user)
+
+
+# --- the code's key layout ---------------------------------------------------------------------
+
+
+def _names(fleet: str) -> dict[str, str]:
+    keys = Keys(fleet)
+    names = {
+        "state": keys.state,
+        "audit": keys.audit,
+        "control": keys.control,
+        "acks": keys.acks,
+        "replicas": keys.replicas,
+        "record": keys.replica("pod-7c9d:worker@node-1"),
+        "work": keys.work,
+        "dead": keys.dead,
+        "demo_done": keys.demo_done,
+        "demo_log": keys.demo_log,
+    }
+    runs = getattr(keys, "runs", None)
+    names["runs"] = runs if isinstance(runs, str) else key(fleet, "runs")
+    return names
 
 
 @pytest.mark.parametrize(
@@ -773,10 +1358,21 @@ def _contract_keys(fleet: str) -> Any:
         ("replica", "ZRANGEBYSCORE {replicas} 0 +inf", True),
         ("replica", "XREADGROUP GROUP fleetgate pod STREAMS {work} >", True),
         ("replica", "XACK {work} fleetgate 1-0", True),
+        ("replica", "XTRIM {work} MINID 1-0", True),
+        ("replica", "HINCRBY {runs} 1-0 1", True),
+        ("replica", "HDEL {runs} 1-0", True),
         ("replica", "XADD {work} * item x", False),
         ("replica", "XADD {dead} * item x", True),
         ("replica", "HINCRBY {demo_done} item 1", True),
         ("replica", "XADD {demo_log} * item x", True),
+        ("replica", "HGETALL {other_state}", False),
+        ("replica", "SUBSCRIBE {other_control}", False),
+        ("replica", "PUBLISH {other_acks} x", False),
+        ("replica", "HSET {other_record} state running", False),
+        ("replica", "XREADGROUP GROUP fleetgate pod STREAMS {other_work} >", False),
+        ("replica", "XACK {other_work} fleetgate 1-0", False),
+        ("replica", "HINCRBY {other_runs} 1-0 1", False),
+        ("replica", "XADD {other_dead} * item x", False),
         ("coordinator", "HSET {state} paused 1", True),
         ("coordinator", "XADD {audit} * action pause", True),
         ("coordinator", "PUBLISH {control} x", True),
@@ -784,57 +1380,17 @@ def _contract_keys(fleet: str) -> Any:
         ("coordinator", "XADD {work} * item x", True),
         ("coordinator", "ZREM {replicas} pod", True),
         ("coordinator", "DEL {record}", True),
+        ("coordinator", "HGETALL {other_state}", True),
     ],
 )
 def test_the_codes_key_layout_gets_the_intended_permissions(
     admin: redis.Redis, user: str, command: str, allowed: bool
 ) -> None:
     """The keys and channels replica.contract.Keys names (not this file's own key()) are the
-    ones the ACL patterns grant or deny; checked with ACL DRYRUN."""
-    keys = _contract_keys("orders.eu-1")
-    names = {
-        "state": keys.state,
-        "audit": keys.audit,
-        "control": keys.control,
-        "acks": keys.acks,
-        "replicas": keys.replicas,
-        "record": keys.replica("pod-7c9d:worker@node-1"),
-        "work": keys.work,
-        "dead": keys.dead,
-        "demo_done": keys.demo_done,
-        "demo_log": keys.demo_log,
-    }
+    ones the ACL patterns grant or deny; checked with ACL DRYRUN. ``replica`` is FLEET's
+    replica user, ``other_*`` are OTHER's keys."""
+    names = _names(FLEET) | {f"other_{k}": v for k, v in _names(OTHER).items()}
     args = [names[part[1:-1]] if part.startswith("{") else part for part in command.split()]
-    verdict = admin.execute_command("ACL", "DRYRUN", user, *args)
-    assert (verdict == "OK") is allowed, f"{user}: {' '.join(args)} -> {verdict}"
-
-
-# --- every valid fleet name --------------------------------------------------------------------
-
-
-@settings(
-    max_examples=40,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-@given(
-    name=st.from_regex(FLEET_NAME, fullmatch=True),
-    # Replica ids as replica.contract allows them (pod names, host-pid, ...).
-    replica_id=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,80}", fullmatch=True),
-)
-def test_for_every_valid_fleet_name_the_replica_writes_its_record_but_never_the_state(
-    replica: redis.Redis, coordinator: redis.Redis, name: str, replica_id: str
-) -> None:
-    record = key(name, f"replica:{replica_id}")
-    try:
-        assert replica.hset(record, "state", "running") in (0, 1)
-        assert replica.zadd(key(name, "replicas"), {replica_id: 1}) in (0, 1)
-        for target in ("state", "audit"):
-            _denied(
-                lambda target=target: replica.execute_command("HSET", key(name, target), "a", "1")
-            )
-        _denied(lambda: replica.publish(key(name, "control"), "x"))
-        assert coordinator.hset(key(name, "state"), "paused", "1") in (0, 1)
-    finally:
-        coordinator.delete(record, key(name, "replicas"), key(name, "state"))
+    acl_user = replica_user(FLEET) if user == "replica" else user
+    verdict = admin.execute_command("ACL", "DRYRUN", acl_user, *args)
+    assert (verdict == "OK") is allowed, f"{acl_user}: {' '.join(args)} -> {verdict}"
