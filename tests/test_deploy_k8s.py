@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import hashlib
 import re
 import shlex
 import shutil
@@ -18,6 +19,7 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -291,10 +293,18 @@ def test_the_replica_runs_the_replica_command_and_the_coordinator_serves_on_8080
 def test_each_component_connects_to_redis_as_its_own_acl_user(
     tree: str, endpoint: str, request: pytest.FixtureRequest
 ) -> None:
+    """The coordinator as `coordinator`; the replicas as their fleet's own user,
+    replica-<FLEET>, with that fleet's password."""
     objects: list[Obj] = request.getfixturevalue(TREES[tree])
-    for deployment, user, secret_key in [
-        ("fleetgate-replica", "replica", "redis-replica-password"),
-        ("fleetgate-coordinator", "coordinator", "redis-coordinator-password"),
+    fleet = _named_prefix(objects, "ConfigMap", "fleetgate-config")["data"]["fleet"]
+    for deployment, user, secret_key, expanded in [
+        (
+            "fleetgate-replica",
+            "replica-$(FLEETGATE_FLEET)",
+            f"redis-replica-password-{fleet}",
+            ["FLEETGATE_FLEET", "REDIS_PASSWORD"],
+        ),
+        ("fleetgate-coordinator", "coordinator", "redis-coordinator-password", ["REDIS_PASSWORD"]),
     ]:
         workload = _one(objects, "Deployment", deployment)
         container = workload["spec"]["template"]["spec"]["containers"][0]
@@ -302,9 +312,15 @@ def test_each_component_connects_to_redis_as_its_own_acl_user(
         env = _env(container)
         assert env["FLEETGATE_REDIS_URL"]["value"] == endpoint.format(user=user)
         # Kubernetes expands $(VAR) only from variables defined EARLIER in the list.
-        assert names.index("REDIS_PASSWORD") < names.index("FLEETGATE_REDIS_URL")
+        for variable in expanded:
+            assert names.index(variable) < names.index("FLEETGATE_REDIS_URL"), variable
         ref = env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
         assert (ref["name"], ref["key"]) == ("fleetgate-secrets", secret_key)
+        fleet_ref = env["FLEETGATE_FLEET"]["valueFrom"]["configMapKeyRef"]
+        assert (fleet_ref["name"].rsplit("-", 1)[0], fleet_ref["key"]) == (
+            "fleetgate-config",
+            "fleet",
+        )
 
 
 def test_the_managed_redis_overlay_runs_no_redis_and_ships_no_secret(
@@ -530,10 +546,104 @@ def test_redis_loads_the_acl_file_that_the_init_container_renders(dev_objects: l
     assert volume_at(init[0], command[1]) == volume_at(init[0], template)
     assert main["command"][-1].endswith("/redis.conf")
     env = _env(init[0])
-    for user in ("ADMIN", "COORDINATOR", "REPLICA"):
+    for user in ("ADMIN", "COORDINATOR"):
         assert env[f"REDIS_{user}_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == (
             "fleetgate-secrets"
         )
+    # One replica user per fleet: the fleets come after the output file.
+    fleets = [_expand(arg, _resolved_env(init[0], dev_objects)) for arg in command[4:]]
+    fleet = _named_prefix(dev_objects, "ConfigMap", "fleetgate-config")["data"]["fleet"]
+    assert fleets == [fleet]
+    for name in fleets:
+        ref = env[_replica_password_variable(name)]["valueFrom"]["secretKeyRef"]
+        assert (ref["name"], ref["key"]) == ("fleetgate-secrets", f"redis-replica-password-{name}")
+
+
+def _replica_password_variable(fleet: str) -> str:
+    """Where render-acl.sh reads the replica password of ``fleet`` from."""
+    return "REDIS_REPLICA_PASSWORD_" + re.sub(r"[.-]", "_", fleet.upper())
+
+
+def _expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion (unknown names stay as they are)."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), value)
+
+
+def _resolved_env(container: Obj, objects: list[Obj]) -> dict[str, str]:
+    """The container's environment as the kubelet builds it, from the rendered Secrets and
+    ConfigMaps (fieldRefs become a stand-in pod name)."""
+    data: dict[tuple[str, str], dict[str, str]] = {}
+    for obj in objects:
+        if obj["kind"] == "Secret":
+            values = {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
+            values.update(obj.get("stringData") or {})
+        elif obj["kind"] == "ConfigMap":
+            values = dict(obj.get("data") or {})
+        else:
+            continue
+        data[(obj["kind"], obj["metadata"]["name"])] = values
+    env: dict[str, str] = {}
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = _expand(var["value"], env)
+            continue
+        source = var["valueFrom"]
+        if "fieldRef" in source:
+            env[var["name"]] = "pod-0"
+            continue
+        kind, ref = (
+            ("Secret", source["secretKeyRef"])
+            if "secretKeyRef" in source
+            else ("ConfigMap", source["configMapKeyRef"])
+        )
+        env[var["name"]] = data[(kind, ref["name"])][ref["key"]]
+    return env
+
+
+def test_the_acl_the_init_container_renders_lets_each_component_log_in(
+    dev_objects: list[Obj], tmp_path: Path
+) -> None:
+    """Run render-acl.sh as the init container would (its command and environment, resolved
+    from the dev overlay's Secret and ConfigMaps): the rendered file holds the user each
+    Deployment logs in as, with the hash of the password that Deployment uses."""
+    for tool in ("sh", "sha256sum", "awk", "sed", "tr", "sort", "uniq"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not on PATH: render-acl.sh needs it")
+    redis = _one(dev_objects, "StatefulSet", "fleetgate-redis")
+    init = redis["spec"]["template"]["spec"]["initContainers"][0]
+    env = _resolved_env(init, dev_objects)
+    config = _named_prefix(dev_objects, "ConfigMap", "fleetgate-redis-config")
+    for name in ("users.acl", "render-acl.sh"):
+        (tmp_path / name).write_text(config["data"][name], encoding="utf-8")
+    command = [_expand(arg, env) for arg in init["command"]]
+    command[1:4] = [
+        str(tmp_path / "render-acl.sh"),
+        str(tmp_path / "users.acl"),
+        str(tmp_path / "out.acl"),
+    ]
+    result = subprocess.run(
+        command,
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    users = {
+        line.split()[1]: line
+        for line in (tmp_path / "out.acl").read_text(encoding="utf-8").splitlines()
+    }
+    for deployment in ("fleetgate-replica", "fleetgate-coordinator"):
+        container = _container(
+            _one(dev_objects, "Deployment", deployment), deployment.removeprefix("fleetgate-")
+        )
+        url = urlsplit(_resolved_env(container, dev_objects)["FLEETGATE_REDIS_URL"])
+        assert url.username in users, f"{deployment} logs in as {url.username}, not rendered"
+        digest = hashlib.sha256((url.password or "").encode()).hexdigest()
+        assert f" #{digest} " in users[url.username], deployment
+    fleet = _named_prefix(dev_objects, "ConfigMap", "fleetgate-config")["data"]["fleet"]
+    assert f"~fleetgate:{{{fleet}}}:work" in users[f"replica-{fleet}"]
 
 
 # --- Prometheus --------------------------------------------------------------------------------
@@ -721,11 +831,18 @@ def test_compose_runs_the_coordinator_and_three_demo_replicas(compose: Obj) -> N
         if service.get("command") == ["fleetgate-replica"]
     }
     assert len(replicas) == 3, sorted(replicas)
+    redis = services["redis"]
     ids = set()
     for name, service in replicas.items():
         env = service["environment"]
         assert env["FLEETGATE_HANDLER"] == "replica.demo:sleep", name
-        assert env["FLEETGATE_REDIS_URL"].startswith("redis://replica:"), name
+        # The fleet's own ACL user, rendered by the redis service for that fleet, whose
+        # password is the one in the URL.
+        fleet = env["FLEETGATE_FLEET"]
+        assert env["FLEETGATE_REDIS_URL"].startswith(f"redis://replica-{fleet}:"), name
+        assert redis["command"][-1].split(" && ")[0].split()[4:] == [fleet]
+        password = env["FLEETGATE_REDIS_URL"].split(":", 2)[2].rsplit("@", 1)[0]
+        assert redis["environment"][_replica_password_variable(fleet)] == password, name
         assert env["FLEETGATE_REDIS_URL"].endswith("@redis:6379/0"), name
         assert int(service["stop_grace_period"].rstrip("s")) > int(env["FLEETGATE_PAUSE_TIMEOUT"])
         assert service["depends_on"]["redis"]["condition"] == "service_healthy"
