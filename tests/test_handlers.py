@@ -88,6 +88,41 @@ def test_a_module_that_fails_to_import_is_a_config_error_naming_the_cause(
         load_handler("jobs_bad_import:handle")
 
 
+@pytest.mark.parametrize(
+    ("name", "source", "message"),
+    [
+        ("jobs_exit", "import sys\nsys.exit()\n", "importing jobs_exit called sys.exit(None)"),
+        ("jobs_exit_3", "raise SystemExit(3)\n", "importing jobs_exit_3 called sys.exit(3)"),
+        ("jobs_interrupt", "raise KeyboardInterrupt\n",
+         "importing jobs_interrupt failed: KeyboardInterrupt"),
+        ("jobs_base", "class Odd(BaseException):\n    pass\nraise Odd('odd')\n",
+         "importing jobs_base failed: Odd: odd"),
+        ("jobs_lines", "raise RuntimeError('no DATABASE_URL\\nset it in the environment')\n",
+         "importing jobs_lines failed: RuntimeError: no DATABASE_URL set it in the environment"),
+    ],
+    ids=["sys.exit()", "SystemExit(3)", "KeyboardInterrupt", "a BaseException", "a long message"],
+)
+def test_a_module_that_exits_or_raises_anything_at_import_is_a_config_error_of_one_line(
+    user_modules: Path, name: str, source: str, message: str
+) -> None:
+    write(user_modules, name, source)
+    with pytest.raises(ConfigError) as info:
+        load_handler(f"{name}:handle")
+    assert str(info.value) == f"handler '{name}:handle': {message}"
+
+
+def test_a_module_whose_attribute_raises_when_read_is_a_config_error(user_modules: Path) -> None:
+    write(user_modules, "jobs_lazy", """
+        def __getattr__(name):
+            raise RuntimeError(f"loading {name} failed")
+    """)
+    with pytest.raises(ConfigError) as info:
+        load_handler("jobs_lazy:handle")
+    assert str(info.value) == (
+        "handler 'jobs_lazy:handle': reading handle failed: RuntimeError: loading handle failed"
+    )
+
+
 def test_a_breaker_without_a_state_is_a_config_error(user_modules: Path) -> None:
     write(user_modules, "jobs_odd_breaker", """
         async def handle(item):

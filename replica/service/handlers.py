@@ -88,6 +88,18 @@ def _is_async_callable(obj: Any) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
+def _one_line(text: str, limit: int = 300) -> str:
+    """``text`` on one line (whitespace runs collapsed), cut at ``limit`` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` on one line, or ``Type`` for an exception without a message."""
+    message = _one_line(str(exc))
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
 def load_handler(ref: str | None) -> LoadedHandler:
     """Import ``"module:function"``. Raises ``ConfigError`` (one line) when it cannot work."""
     if ref is None or not ref.strip():
@@ -102,10 +114,18 @@ def load_handler(ref: str | None) -> LoadedHandler:
     except ModuleNotFoundError as exc:
         if exc.name is not None and module_name.startswith(exc.name):
             raise ConfigError(f"handler {ref!r}: no module named {exc.name!r}") from None
-        raise ConfigError(f"handler {ref!r}: importing {module_name} failed: {exc}") from None
-    except Exception as exc:
         raise ConfigError(
-            f"handler {ref!r}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+            f"handler {ref!r}: importing {module_name} failed: {_one_line(str(exc))}"
+        ) from None
+    except SystemExit as exc:  # would end the replica silently, with exit status 0 for sys.exit()
+        raise ConfigError(
+            f"handler {ref!r}: importing {module_name} called sys.exit({exc.code!r})"
+        ) from None
+    except BaseException as exc:
+        # Anything a module raises at import, KeyboardInterrupt included. Synchronous code
+        # receives no cancellation from outside: a CancelledError here is the module's own.
+        raise ConfigError(
+            f"handler {ref!r}: importing {module_name} failed: {_describe(exc)}"
         ) from None
     obj: Any = module
     for part in attr_path.split("."):
@@ -113,6 +133,10 @@ def load_handler(ref: str | None) -> LoadedHandler:
             obj = getattr(obj, part)
         except AttributeError:
             raise ConfigError(f"handler {ref!r}: {module_name} has no {attr_path!r}") from None
+        except Exception as exc:  # a module __getattr__ or a property that raises
+            raise ConfigError(
+                f"handler {ref!r}: reading {attr_path} failed: {_describe(exc)}"
+            ) from None
     if not _is_async_callable(obj):
         raise ConfigError(f"handler {ref!r} is not an async function (async def handle(item))")
     breaker = getattr(obj, "breaker", None)
