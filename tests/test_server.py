@@ -1,12 +1,16 @@
-"""`fleetgate serve` as an orchestrator runs it: up on a port, down on SIGTERM with status 0."""
+"""`fleetgate serve` as an orchestrator runs it: up on a port, down on SIGTERM with status 0,
+and what uvicorn itself does with a HEAD or an oversized body."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,6 +18,7 @@ import pytest
 from coordinator.demo.localredis import free_port
 from coordinator.settings import redact
 from coordinator.web.server import JsonFormatter
+from tests.procs import Processes
 
 pytestmark = pytest.mark.slow
 
@@ -65,3 +70,69 @@ def test_json_log_lines_carry_the_extra_fields() -> None:
     line = json.loads(JsonFormatter().format(record))
     assert line["message"] == "overdue orders" and line["fleet"] == "orders"
     assert line["level"] == "WARNING"
+
+
+def _text(log: Path) -> str:
+    return log.read_text()
+
+
+async def _serve(processes: Processes, redis_url: str, log: Path) -> int:
+    """``fleetgate serve`` on a free port, once it answers /healthz; its log goes to ``log``."""
+    port = free_port()
+    env = {**os.environ, "FLEETGATE_REDIS_URL": redis_url, "FLEETGATE_ADMIN_TOKEN": "t" * 24}
+    with log.open("w") as err:
+        proc = processes.start(
+            [sys.executable, "-m", "coordinator", "serve", "--port", str(port)],
+            env=env, stdout=subprocess.DEVNULL, stderr=err,
+        )
+    deadline = time.monotonic() + 30
+    async with httpx.AsyncClient(timeout=1) as client:
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, _text(log)
+            try:
+                if (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
+                    return port
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.1)  # another process's port: no event to wait on
+    raise AssertionError(f"fleetgate serve did not answer /healthz: {_text(log)}")
+
+
+async def test_a_declared_body_over_the_limit_gets_413_before_the_server_reads_it(
+    redis_url: str, processes: Processes, tmp_path: Path
+) -> None:
+    port = await _serve(processes, redis_url, tmp_path / "serve.log")
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        # 50 MB announced, not a byte of it sent, no token: the answer must not wait for it
+        writer.write(
+            b"POST /api/fleet/pause HTTP/1.1\r\nHost: coordinator\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 50000000\r\n\r\n"
+        )
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+        assert head.startswith(b"HTTP/1.1 413 "), head
+        length = next(
+            int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        body = json.loads(await asyncio.wait_for(reader.readexactly(length), 20))
+        assert "FLEETGATE_MAX_BODY" in body["detail"]
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_the_server_answers_head_with_the_headers_of_get_and_no_body(
+    redis_url: str, processes: Processes, tmp_path: Path
+) -> None:
+    port = await _serve(processes, redis_url, tmp_path / "serve.log")
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+        for path in ("/", "/healthz", "/static/app.js"):
+            get = await client.get(path)
+            head = await client.head(path)
+            assert (head.status_code, get.status_code) == (200, 200), path
+            assert head.content == b""
+            assert head.headers["content-type"] == get.headers["content-type"]
+            if path != "/healthz":
+                assert head.headers["content-length"] == get.headers["content-length"]
