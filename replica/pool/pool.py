@@ -25,7 +25,6 @@ import asyncio
 import logging
 import time
 from collections import deque
-from types import TracebackType
 from typing import Final
 
 from replica.errors import PoolClosed
@@ -46,7 +45,8 @@ class PausablePool:
     """A pool of asyncio workers that can be paused by several independent sources.
 
     ``handler`` is ``async def handler(item)``; ``on_error(item, exc)`` (plain or async) hears
-    about failures, timeouts and cancelled items. ``maxsize`` bounds the queue (0: unbounded).
+    about failures, timeouts and cancelled items, always as an ``Exception`` (whatever the
+    handler raised: see ``replica.pool.runner``). ``maxsize`` bounds the queue (0: unbounded).
     """
 
     def __init__(
@@ -106,12 +106,7 @@ class PausablePool:
     async def __aenter__(self) -> PausablePool:
         return await self.start()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
     async def stop(self, timeout: float | None = None) -> list[Item]:
@@ -251,9 +246,8 @@ class PausablePool:
         return self._closed
 
     def alive(self) -> str | None:
-        """None while every worker task runs (or the pool is not started, or drained); else
-        which worker is gone and how, e.g. "worker pool-worker-2 was cancelled". Handlers
-        cannot end a worker: only a cancellation of its task from outside the pool can."""
+        """None while every worker task runs (or before start, or once drained); else which
+        one is gone and how: "worker pool-worker-2 was cancelled" (a handler cannot end one)."""
         if not self._started or self._closed:
             return None
         return self._crew.alive()
@@ -317,7 +311,8 @@ class PausablePool:
             )
             if running:  # each reports its item to on_error (ItemCancelled), then ends
                 await asyncio.shield(asyncio.wait(running, timeout=5.0))
-        self._check_join()
+        if self._unfinished == 0:
+            self._join_waiters.wake_all()
         self._listeners.emit("drained")
         return list(unstarted)
 
@@ -332,10 +327,6 @@ class PausablePool:
         while self._idle and self._open and self._waking < len(self._items):
             self._wake_one()
 
-    def _check_join(self) -> None:
-        if self._unfinished == 0 and self._join_waiters:
-            self._join_waiters.wake_all()
-
     def _settle(self) -> None:
         """Called when in-flight work drops to zero or every item is done."""
         if self._in_flight == 0:
@@ -343,7 +334,7 @@ class PausablePool:
             if not self._open and self._listeners:
                 self._listeners.emit("quiet")
         if self._unfinished == 0:
-            self._check_join()
+            self._join_waiters.wake_all()
 
     async def _worker(self, me: Worker) -> None:
         loop = asyncio.get_running_loop()

@@ -14,7 +14,8 @@ class PoolStats:
     processed: int
     """Items whose handler returned."""
     failed: int
-    """Items whose handler raised (timeouts not included)."""
+    """Items whose handler raised (timeouts not included), ``CancelledError`` while its worker
+    was not cancelled, ``SystemExit`` and ``KeyboardInterrupt`` included."""
     timed_out: int
     """Items cancelled at ``item_timeout``."""
     cancelled: int
