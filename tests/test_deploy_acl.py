@@ -1325,7 +1325,7 @@ def test_for_every_valid_fleet_name_the_rendered_replica_user_reaches_that_fleet
 
 def _names(fleet: str) -> dict[str, str]:
     keys = Keys(fleet)
-    names = {
+    return {
         "state": keys.state,
         "audit": keys.audit,
         "control": keys.control,
@@ -1336,10 +1336,8 @@ def _names(fleet: str) -> dict[str, str]:
         "dead": keys.dead,
         "demo_done": keys.demo_done,
         "demo_log": keys.demo_log,
+        "runs": keys.runs,
     }
-    runs = getattr(keys, "runs", None)
-    names["runs"] = runs if isinstance(runs, str) else key(fleet, "runs")
-    return names
 
 
 @pytest.mark.parametrize(
