@@ -108,7 +108,7 @@ class ItemRunner:
         except (TimeoutError, asyncio.CancelledError):
             log.warning("%s on_error for a cancelled item did not finish", self.name)
 
-    async def report(self, item: Item, exc: BaseException) -> None:
+    async def report(self, item: Item, exc: Exception) -> None:
         """Tell ``on_error`` (plain or async); its own exceptions are logged, not raised."""
         if self._on_error is None:
             if not isinstance(exc, TimeoutError):
