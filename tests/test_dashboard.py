@@ -9,6 +9,7 @@ version applied, clicks Resume and sees them run again.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -20,7 +21,7 @@ import pytest
 import redis as syncredis
 import uvicorn
 
-from coordinator.demo.localredis import free_port
+from coordinator.demo.localredis import LocalRedis, free_port
 from coordinator.settings import CoordinatorSettings
 from coordinator.web.api import create_app
 from replica.contract import Keys, format_time, now_utc
@@ -34,6 +35,7 @@ ARGS = [
 ]
 SCREENSHOT = Path(tempfile.gettempdir()) / "fleetgate-dashboard.png"
 SCREENSHOT_OVERDUE = Path(tempfile.gettempdir()) / "fleetgate-dashboard-overdue.png"
+SCREENSHOT_STALE = Path(tempfile.gettempdir()) / "fleetgate-dashboard-stale.png"
 
 pytestmark = pytest.mark.slow
 
@@ -210,6 +212,82 @@ def test_an_overdue_pause_turns_the_banner_red_and_markup_in_a_reason_stays_text
                 color = page.evaluate("getComputedStyle(document.getElementById('banner-state')).color")
                 assert color == "rgb(180, 35, 24)"  # --red
                 page.screenshot(path=str(SCREENSHOT_OVERDUE))
+            finally:
+                context.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+STALE_PANELS = ("#banner", "#replicas-panel", "#history-panel")
+STALE_NOTE = re.compile(r"Stale since \d\d:\d\d:\d\d UTC \((.+)\): as fetched at \d\d:\d\d:\d\d UTC")
+
+
+def test_stale_data_is_greyed_out_saying_since_when_after_forget_a_wrong_token_or_an_error(
+    private_redis: LocalRedis,
+) -> None:
+    executable = _chromium_or_skip()
+    from playwright.sync_api import Page, expect, sync_playwright
+
+    def expect_stale(page: Page, why: str) -> None:
+        for panel in STALE_PANELS:
+            expect(page.locator(panel)).to_have_attribute("data-stale", "true")
+            note = page.locator(f"{panel} .stale-note")
+            expect(note).to_be_visible()
+            expect(note).to_have_text(STALE_NOTE)
+            expect(note).to_contain_text(f"({why}")
+        # the data stays, greyed out
+        expect(page.locator("#banner-state")).to_have_text("PAUSED")
+        expect(page.locator("#banner-reason")).to_have_text("stale drill")
+        expect(page.locator("#history tbody tr")).to_have_count(1)
+        for selector in ("#banner-state", "#replicas", "#history"):
+            opacity = page.evaluate(
+                f"getComputedStyle(document.querySelector('{selector}')).opacity"
+            )
+            assert float(opacity) < 1, selector
+        background = page.evaluate("getComputedStyle(document.getElementById('banner')).backgroundColor")
+        assert background == "rgb(236, 238, 242)"  # --grey-bg, not the paused amber
+
+    def expect_fresh(page: Page) -> None:
+        for panel in STALE_PANELS:
+            expect(page.locator(panel)).to_have_attribute("data-stale", "false")
+            expect(page.locator(f"{panel} .stale-note")).to_be_hidden()
+        opacity = page.evaluate("getComputedStyle(document.getElementById('banner-state')).opacity")
+        assert float(opacity) == 1
+
+    settings = CoordinatorSettings.model_validate(
+        {"redis_url": private_redis.url, "fleet": "stale", "admin_token": ADMIN,
+         "admin_name": "dash-op", "port": free_port()}
+    )
+    profile = tempfile.mkdtemp(prefix="fleetgate-chromium-")
+    try:
+        with Server(settings) as coordinator, sync_playwright() as pw:
+            context = pw.chromium.launch_persistent_context(
+                profile, executable_path=executable, args=ARGS, headless=True,
+                viewport={"width": 1280, "height": 900},
+            )
+            try:
+                page = context.new_page()
+                page.goto(coordinator.url)
+                page.fill("#token", ADMIN)
+                page.fill("#reason", "stale drill")
+                page.click("#pause")
+                expect(page.locator("#banner-state")).to_have_text("PAUSED")
+                expect(page.locator("#history tbody tr")).to_have_count(1)
+                expect_fresh(page)
+
+                page.click("#forget")
+                expect_stale(page, "no token")
+                page.fill("#token", ADMIN)
+                expect_fresh(page)
+
+                page.fill("#token", "not-the-token-000000000")
+                expect_stale(page, "the token is not valid")
+                page.fill("#token", ADMIN)
+                expect_fresh(page)
+
+                private_redis.kill()
+                expect_stale(page, "Redis unreachable")
+                page.screenshot(path=str(SCREENSHOT_STALE), full_page=True)
             finally:
                 context.close()
     finally:

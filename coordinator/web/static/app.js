@@ -1,16 +1,21 @@
 // fleetgate dashboard: one page, vanilla JS, no build step. It polls the JSON API once a
 // second with the token from this tab's sessionStorage (never localStorage, never a cookie).
+// What it shows stays on screen when a fetch fails (no token, a wrong one, an error), greyed
+// out, with since when and why it is stale.
 "use strict";
 
 (function () {
   const TOKEN_KEY = "fleetgate.token";
   const POLL_MS = 1000;
   const HISTORY_EVERY = 5; // polls between history refreshes (also refreshed on a new version)
+  const PANELS = ["banner", "replicas-panel", "history-panel"];
 
   const $ = (id) => document.getElementById(id);
   let lastVersion = null;
   let ticks = 0;
   let busy = false;
+  const fetchedAt = {}; // panel id -> Date its data was last fetched
+  const staleSince = {}; // panel id -> Date its data stopped being current
 
   // ---------------------------------------------------------------- formatting
 
@@ -46,6 +51,10 @@
     const a = parseTime(laterIso);
     const b = parseTime(earlierIso);
     return a === null || b === null ? null : a - b;
+  }
+
+  function clock(date) {
+    return date.toISOString().slice(11, 19) + " UTC";
   }
 
   function cell(row, text, cls) {
@@ -91,6 +100,33 @@
       }).join("; ");
     }
     return "HTTP " + status;
+  }
+
+  // ---------------------------------------------------------------- staleness
+
+  function fresh(id) {
+    fetchedAt[id] = new Date();
+    delete staleSince[id];
+    const panel = $(id);
+    panel.dataset.stale = "false";
+    const note = panel.querySelector(".stale-note");
+    note.hidden = true;
+    note.textContent = "";
+  }
+
+  function stale(id, why) {
+    if (!fetchedAt[id]) return; // nothing shown yet: nothing to grey out
+    if (!staleSince[id]) staleSince[id] = new Date();
+    const panel = $(id);
+    panel.dataset.stale = "true";
+    const note = panel.querySelector(".stale-note");
+    note.hidden = false;
+    note.textContent = "Stale since " + clock(staleSince[id]) + " (" + why + "): as fetched at " +
+      clock(fetchedAt[id]) + ".";
+  }
+
+  function staleAll(why) {
+    for (const id of PANELS) stale(id, why);
   }
 
   // ---------------------------------------------------------------- rendering
@@ -179,7 +215,12 @@
 
   async function refreshHistory() {
     const { response, body } = await getJson("api/fleet/history?limit=20");
-    if (response.ok && body) renderHistory(body.events);
+    if (response.ok && body) {
+      renderHistory(body.events);
+      fresh("history-panel");
+    } else {
+      stale("history-panel", detailText(body, response.status));
+    }
   }
 
   async function poll() {
@@ -187,12 +228,17 @@
       const { response, body } = await getJson("api/fleet");
       if (response.status === 401 || response.status === 403) {
         setConnection("auth", "enter a token to see the fleet");
+        staleAll(token() ? "the token is not valid" : "no token");
       } else if (!response.ok || !body) {
-        setConnection("error", detailText(body, response.status));
+        const detail = detailText(body, response.status);
+        setConnection("error", detail);
+        staleAll(detail);
       } else {
         setConnection("live", "live");
         renderBanner(body);
         renderReplicas(body);
+        fresh("banner");
+        fresh("replicas-panel");
         if (body.state.version !== lastVersion || ticks % HISTORY_EVERY === 0) {
           lastVersion = body.state.version;
           await refreshHistory();
@@ -200,6 +246,7 @@
       }
     } catch (e) {
       setConnection("error", "coordinator unreachable");
+      staleAll("coordinator unreachable");
     }
     ticks += 1;
     setTimeout(poll, POLL_MS);
@@ -276,6 +323,7 @@
       sessionStorage.removeItem(TOKEN_KEY);
       $("token").value = "";
       say("Token forgotten.", "info");
+      staleAll("no token");
     });
     $("pause").addEventListener("click", pause);
     $("resume").addEventListener("click", resume);
