@@ -142,6 +142,18 @@ async def test_stale_and_unacknowledged_replicas_are_counted(
     assert value(m, "fleetgate_fleet_unacknowledged", fleet=fleet_name) == 1
 
 
+async def test_a_member_of_the_replicas_set_that_is_not_a_replica_id_does_not_break_them(
+    redis: aioredis.Redis, fleet_name: str, fleet: Fleet
+) -> None:
+    await write_record(redis, fleet_name, "fresh-1", applied_version=0, age_s=1)
+    await redis.zadd(Keys(fleet_name).replicas, {"bad id": int(now_utc().timestamp() * 1000)})
+    m = samples(await render_metrics(fleet, 1800))
+    assert value(m, "fleetgate_fleet_replicas", fleet=fleet_name, state="running") == 1
+    assert sum(value(m, "fleetgate_fleet_replicas", fleet=fleet_name, state=s)
+               for s in ("running", "paused", "quiet", "stale")) == 1
+    assert (await fleet.status()).unreadable == 1
+
+
 async def test_get_metrics_serves_the_prometheus_text_without_a_token(
     redis_url: str, fleet_name: str
 ) -> None:
