@@ -18,7 +18,7 @@ import contextlib
 import importlib
 import inspect
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final
@@ -46,6 +46,9 @@ class HandlerContext:
     keys: Keys
     settings: Any = None
     """The ``ReplicaSettings`` of the running replica (None in tests that build a context)."""
+    fleet_state: Callable[[], tuple[int, bool]] | None = None
+    """At this moment: the fleet version this replica has applied, and whether the fleet's
+    pause holds its pool (None outside a replica service)."""
 
 
 _context: ContextVar[HandlerContext] = ContextVar("fleetgate_handler_context")

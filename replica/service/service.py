@@ -133,7 +133,7 @@ class ReplicaService:
         handler_context.run(
             _context.set,
             HandlerContext(redis=self.redis, fleet=s.fleet, replica_id=s.replica_id,
-                           keys=s.keys, settings=s),
+                           keys=s.keys, settings=s, fleet_state=self._fleet_state),
         )
         await asyncio.create_task(
             self.pool.start(), name="replica-pool-start", context=handler_context
@@ -222,6 +222,10 @@ class ReplicaService:
                 return f"the {name} stopped: {exc!r}" if exc else f"the {name} stopped"
         workers = None if self._stopped else self.pool.alive()
         return None if workers is None else f"a pool {workers}"
+
+    def _fleet_state(self) -> tuple[int, bool]:
+        """The handler context's ``fleet_state``: the version applied, the fleet's hold."""
+        return self.controller.applied_version, self.controller.fleet_held
 
     def _extra_fields(self) -> dict[str, str]:
         stats = self.source.stats()
