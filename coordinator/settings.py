@@ -54,8 +54,8 @@ class CoordinatorSettings(BaseSettings):
     """Seconds between the checks `fleetgate serve` makes for a state hash Redis lost (restored from the replicas)."""
     max_wait: float = Field(default=300.0)
     """The longest, in seconds, an API pause or resume with wait=true blocks."""
-    max_body: int = Field(default=64 * 1024, ge=4096, le=64 * 1024 * 1024)
-    """The largest request body, in bytes, the API reads: a larger one gets 413 before it is parsed."""
+    max_body: int = Field(default=64 * 1024, ge=4096, le=1024 * 1024)
+    """The largest request body, in bytes, the API reads (4096 to 1048576): a larger one gets 413 before it is parsed."""
 
     host: str = "127.0.0.1"
     """Where `fleetgate serve` listens (also --host)."""

@@ -146,3 +146,24 @@ async def test_an_applied_pause_whose_wait_redis_stops_answering_gets_202_with_i
     assert answer["wait"]["ok"] is False
     assert "applied" in answer["detail"] and "check the state" in answer["detail"]
     assert elapsed < 5.0 + SLACK_S
+
+
+@pytest.mark.slow
+async def test_a_change_whose_reply_times_out_on_the_client_gets_504_not_unreachable(
+    sleepy_redis: LocalRedis,
+) -> None:
+    """The issue's reproduction: a pause during ``DEBUG SLEEP 12`` answered 503 "Redis
+    unreachable" after the client's 10 s socket timeout, though it was applied."""
+    async with coordinator(sleepy_redis) as api:
+        # a change first, so the server knows the script (else its EVALSHA would fail)
+        await api.post("/api/fleet/resume", headers=auth(ADMIN), json={"reason": "warm up"})
+        sleeper = hang(sleepy_redis, 12)
+        try:
+            response = await api.post(
+                "/api/fleet/pause", headers=auth(ADMIN), json={"reason": "db failover"}
+            )
+            assert_unknown_outcome(response)
+            state = (await api.get("/api/fleet", headers=auth(VIEW))).json()["state"]
+            assert state["paused"] is True
+        finally:
+            sleeper.close()
