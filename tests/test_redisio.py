@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from redis.connection import Connection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 
 from coordinator.demo.localredis import LocalRedis
 from replica.control.redisio import (
@@ -94,6 +97,69 @@ async def test_a_cancellation_a_call_swallowed_is_raised_after_it() -> None:
     assert await plain == "returned normally"  # the cancel is lost
     with pytest.raises(asyncio.CancelledError):
         await guarded
+
+
+async def test_a_cancellation_a_call_turned_into_an_error_is_raised_after_it() -> None:
+    async def converting() -> str:  # the other thing redis-py 8.1 can do with a cancel
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            raise RedisConnectionError("Connection closed by server.") from None
+        return "slept"
+
+    plain = asyncio.create_task(converting())
+    guarded = asyncio.create_task(uncancelled(converting()))
+    await asyncio.sleep(0)
+    plain.cancel()
+    guarded.cancel()
+    with pytest.raises(RedisConnectionError):
+        await plain  # the cancel is lost: a caller that retries on errors runs on
+    with pytest.raises(asyncio.CancelledError):
+        await guarded
+
+
+async def test_an_error_without_a_cancellation_comes_through_as_it_is() -> None:
+    async def failing() -> None:
+        raise RedisConnectionError("refused")
+
+    with pytest.raises(RedisConnectionError):
+        await uncancelled(failing())
+    with pytest.raises(TimeoutError):  # a timeout of the caller's own is no cancellation
+        async with asyncio.timeout(0.01):
+            await uncancelled(asyncio.sleep(10))
+
+
+async def test_cleanup_that_swallows_a_cancellation_lets_it_through() -> None:
+    async def swallowing() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            return
+
+    task = asyncio.create_task(bounded(swallowing(), 5.0))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_script_runs_on_the_link_and_loads_itself_when_redis_does_not_know_it(
+    private_redis: LocalRedis,
+) -> None:
+    client = aioredis.Redis.from_url(private_redis.url)
+    link = Link(client)
+    script = "return {KEYS[1], ARGV[1]}"
+    try:
+        await client.script_flush()
+        assert await link.evalsha(script, keys=["k"], args=["v"]) == [b"k", b"v"]
+        assert await client.script_exists(hashlib.sha1(script.encode()).hexdigest()) == [True]
+        assert await link.evalsha(script, keys=["k2"], args=[2]) == [b"k2", b"2"]
+        with pytest.raises(ResponseError):
+            await link.evalsha("return redis.call('NOSUCHCOMMAND')", keys=[], args=[])
+        assert (await link.call([("PING",)])) == [b"PONG"]  # still in step
+    finally:
+        await link.close()
+        await client.aclose()
 
 
 def test_backoff_grows_with_jitter_up_to_its_cap_and_resets() -> None:

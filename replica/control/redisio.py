@@ -12,13 +12,15 @@ it ends, since a cancellation can be lost inside a call).
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import logging
 import random
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +37,27 @@ async def uncancelled(aw: Awaitable[T]) -> T:
     """Await a redis-py call, and raise ``CancelledError`` if the task was cancelled meanwhile.
 
     redis-py 8.1 (asyncio) can swallow a cancellation that lands while a command or pipeline
-    runs: the call returns normally and the task goes on with its cancel request pending,
-    which turns ``stop()`` into a hang. Every Redis await in fleetgate goes through this."""
+    runs: the call returns normally, or fails with an error of its own (a ``ConnectionError``,
+    a ``TimeoutError``), and the task goes on with its cancel request pending, which turns
+    ``stop()`` into a hang. Either way the cancellation is raised here, the error as its
+    cause. Every Redis await in fleetgate goes through this (an await that never suspends,
+    such as ``disconnect(nowait=True)``, cannot lose one, but goes through it all the same)."""
     task = asyncio.current_task()
     before = task.cancelling() if task is not None else 0
-    result = await aw
+    try:
+        result = await aw
+    except Exception as exc:
+        if task is not None and task.cancelling() > before:
+            raise asyncio.CancelledError from exc
+        raise
     if task is not None and task.cancelling() > before:
         raise asyncio.CancelledError
     return result
+
+
+@functools.lru_cache(maxsize=16)
+def _sha1(script: str) -> str:
+    return hashlib.sha1(script.encode()).hexdigest()
 
 
 def pack_arg(arg: str) -> bytes:
@@ -106,12 +121,12 @@ class Link:
             self._spare = self._pool.make_connection()  # type: ignore[no-untyped-call]
         conn = self._spare
         try:
-            await conn.connect()
+            await uncancelled(conn.connect())
             # Probe CLIENT REPLY: allowed, the first PING's reply is skipped; refused (an ACL),
             # an error comes first and both PINGs answer.
-            await conn.send_packed_command(conn.pack_commands(
+            await uncancelled(conn.send_packed_command(conn.pack_commands(
                 [("CLIENT", "REPLY", "SKIP"), ("PING", "a"), ("PING", "b")]
-            ), check_health=False)
+            ), check_health=False))
             first = await self._read(conn)
             if isinstance(first, BaseException):
                 self._skip = False
@@ -130,7 +145,7 @@ class Link:
     @staticmethod
     async def _read(conn: Any) -> Any:
         try:
-            return await conn.read_response()
+            return await uncancelled(conn.read_response())
         except ResponseError as exc:
             return exc
 
@@ -148,7 +163,7 @@ class Link:
             wire.append(pack(command))
         wire += [pack(c) for c in commands]
         try:
-            await conn.send_packed_command(b"".join(wire), check_health=False)
+            await uncancelled(conn.send_packed_command(b"".join(wire), check_health=False))
             self._unread = unread
             if not commands:
                 return []
@@ -163,6 +178,24 @@ class Link:
             self._unread = 0
             await bounded(conn.disconnect(nowait=True), 1.0)
             raise
+
+    async def evalsha(
+        self, script: str, keys: Sequence[str], args: Sequence[Any]
+    ) -> Any:
+        """Run a Lua script by its SHA1 as redis-py's ``Script`` does (EVALSHA; on NOSCRIPT,
+        SCRIPT LOAD and EVALSHA again), on this connection, every await cancellable. An error
+        reply is raised."""
+        numkeys = len(keys)
+        (reply,) = await self.call([("EVALSHA", _sha1(script), numkeys, *keys, *args)])
+        if isinstance(reply, NoScriptError):
+            (sha,) = await self.call([("SCRIPT", "LOAD", script)])
+            if isinstance(sha, BaseException):
+                raise sha
+            sha = sha.decode() if isinstance(sha, bytes) else str(sha)
+            (reply,) = await self.call([("EVALSHA", sha, numkeys, *keys, *args)])
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
 
     @property
     def skips(self) -> bool:
@@ -218,7 +251,7 @@ async def bounded(aw: Any, timeout: float) -> None:
     """Await a cleanup step for at most ``timeout`` seconds, swallowing its errors."""
     try:
         async with asyncio.timeout(timeout):
-            await aw
+            await uncancelled(aw)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
