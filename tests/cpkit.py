@@ -1,5 +1,5 @@
 """Helpers for the control-plane tests: several replicas (pool + controller + own client) in
-one event loop, and a way to wait for a condition without fixed sleeps."""
+one event loop, a way to wait for a condition without fixed sleeps, and states written by hand."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from replica import FleetController, PausablePool
+from replica.contract import FleetState, Keys, now_utc
 
 
 async def until(
@@ -29,6 +30,22 @@ async def until(
         if time.monotonic() - t0 > timeout:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         await asyncio.sleep(0.005)
+
+
+def state_at(fleet: str, version: int, paused: bool, reason: str = "test") -> FleetState:
+    """A state of ``fleet`` at ``version``, changed now."""
+    now = now_utc()
+    return FleetState(fleet, paused, reason if paused else "", "tester", now, version,
+                      changed_at=now)
+
+
+async def publish_state(redis: aioredis.Redis, state: FleetState, write_hash: bool = True) -> None:
+    """Write ``state`` as the state hash (unless not ``write_hash``) and publish it."""
+    keys = Keys(state.fleet)
+    if write_hash:
+        await redis.delete(keys.state)
+        await redis.hset(keys.state, mapping=dict(state.to_hash()))
+    await redis.publish(keys.control, state.to_json())
 
 
 class Replica:

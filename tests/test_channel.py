@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import redis.asyncio as aioredis
-from cpkit import until
+from cpkit import Replicas, until
 from redis.exceptions import ResponseError
 
+from coordinator import Fleet
 from coordinator.demo.localredis import LocalRedis
 from replica.control.channel import ControlChannel
 
@@ -100,3 +101,55 @@ async def test_an_idle_subscription_is_pinged_and_stays(
         later = channel.next_check()
         assert later is not None and later > first  # pongs came back and count as activity
         assert channel.subscribed and channel.generation == 1 and not follower.lost
+
+
+async def test_a_fault_in_handling_a_message_resubscribes_instead_of_going_deaf(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    async with Replicas(redis_url, fleet_name, 1) as replicas:
+        (controller,) = replicas.controllers
+        handle = controller._channel._on_message
+        seen: list[Any] = []
+
+        def faulty(data: Any) -> None:
+            seen.append(data)
+            if len(seen) == 1:
+                raise RuntimeError("a bug of ours")
+            handle(data)
+
+        controller._channel._on_message = faulty  # what the channel hands messages to
+        fleet = Fleet(redis, fleet_name)
+        state = await fleet.pause("first", by="t")  # its push fails; the resubscribe re-reads
+        assert (await fleet.wait(state.version, timeout=10)).ok
+        await until(lambda: controller.stats().reconnects >= 1 and controller.connected)
+        pushes = controller.stats().pushes
+        state = await fleet.resume(by="t")  # and pushes work again
+        assert (await fleet.wait(state.version, timeout=10)).ok
+        assert replicas.pools[0].holds == {}
+        await until(lambda: controller.stats().pushes == pushes + 1)
+        assert len(seen) == 2
+
+async def test_an_idle_subscription_is_pinged_and_one_that_stops_answering_is_replaced(
+    private_redis: LocalRedis, fleet_name: str
+) -> None:
+    admin = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
+    try:
+        async with Replicas(private_redis.url, fleet_name, 2, poll_interval=0.1,
+                            pubsub_ping_interval=0.2, io_timeout=0.3) as replicas:
+            controllers = replicas.controllers
+            t0 = time.monotonic()
+            await until(lambda: time.monotonic() - t0 > 1.0)  # five ping intervals, idle
+            assert all(c.connected and c.stats().reconnects == 0 for c in controllers)
+            # the server stops answering for a while: pings go unanswered, subscriptions are
+            # dropped and made again once it answers
+            await admin.execute_command("CLIENT", "PAUSE", "1500", "ALL")
+            await until(lambda: all(c.stats().reconnects >= 1 for c in controllers),
+                        timeout=30, what="every subscription to be replaced")
+            await until(lambda: all(c.connected for c in controllers), timeout=30)
+            state = await Fleet(admin, fleet_name).pause("after the stall", by="t")
+            await asyncio.wait_for(
+                asyncio.gather(*(p.wait_for(True) for p in replicas.pools)), 10
+            )
+            assert all(c.applied_version == state.version for c in controllers)
+    finally:
+        await admin.aclose()

@@ -8,11 +8,11 @@ from typing import Any
 
 import hiredis
 import redis.asyncio as aioredis
-from cpkit import Replicas
+from cpkit import Replica, Replicas, until
 
 from coordinator import Fleet
 from replica import PausablePool
-from replica.contract import RECORD_FIELDS, Ack, Keys
+from replica.contract import RECORD_FIELDS, RECORD_TTL_HEARTBEATS, Ack, FleetState, Keys
 from replica.control.record import CHANGE_FIELDS, ReplicaRecord
 
 
@@ -127,3 +127,39 @@ async def test_a_change_writes_the_same_record_fields_a_heartbeat_would(
                                      ack.quiet, ack.in_flight, ack.at, ack.resume_at).to_json()
             record = await redis.hgetall(Keys(fleet_name).replica("pod-0"))
             assert {k: record[k] for k in expected} == expected
+
+
+async def test_the_record_expires_a_few_heartbeats_after_the_last_one(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    async with Replicas(redis_url, fleet_name, 1, heartbeat_interval=2.0):
+        ttl = await redis.pttl(Keys(fleet_name).replica("pod-0"))
+        assert 0 < ttl <= 2000 * RECORD_TTL_HEARTBEATS
+        record = await redis.hgetall(Keys(fleet_name).replica("pod-0"))
+        assert record["heartbeat_interval"] == "2"
+
+async def test_the_record_carries_extra_fields_and_the_pool_counters(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    replica = Replica(redis_url, fleet_name, "pod-x", heartbeat_interval=0.2,
+                      extra_fields=lambda: {"queue_capacity": 7, "paused": "overridden?"})
+    await replica.start()
+    try:
+        replica.pool.put_nowait("one")
+        await until(lambda: replica.pool.stats().processed == 1)
+        fleet = Fleet(redis, fleet_name)
+        state = await fleet.pause("counting", by="t")  # a change writes the record at once
+        assert (await fleet.wait(state.version, timeout=10)).ok
+        key = Keys(fleet_name).replica("pod-x")
+        await until(lambda: _field_is(redis, key, "processed", "1"))  # the next heartbeat
+        record = await redis.hgetall(key)
+        assert record["queue_capacity"] == "7"
+        assert record["paused"] == "1"  # extra fields never override the contract's
+        assert record["processed"] == "1" and record["failed"] == "0"
+        assert json.loads(record["holds"]) == {"fleet": "counting"}
+        assert FleetState.from_json(record["applied_state"], fleet_name) == state
+    finally:
+        await replica.stop()
+
+async def _field_is(redis: aioredis.Redis, key: str, field: str, value: str) -> bool:
+    return bool(await redis.hget(key, field) == value)

@@ -1,1 +1,6 @@
-"""Following the fleet's pause state in Redis: the controller, its channel and record, and the\nredis-py workarounds every Redis await goes through. Imports the contract and the pool."""
+"""Following the fleet's pause state in Redis. Imports the contract and the pool.
+
+``controller`` (FleetController, the façade that starts and stops the rest) over ``applier``
+(the version rules), ``sync`` (the loop of polls and heartbeats), ``outbox`` (what is owed to
+Redis, and the fast path), ``record``, ``channel`` and ``subscription``; ``options`` holds the
+controller's settings, ``redisio`` the redis-py workarounds every Redis await goes through."""

@@ -1,0 +1,371 @@
+"""StateApplier: applies the fleet's states to a pool, by the version rules.
+
+A state comes from a push on the control channel, from a poll of the state hash, or from the
+replica's own clock (an automatic or staggered resume falling due). The rules, in the order
+they matter:
+
+* The fleet's pause is the pool hold of source ``fleet``; other sources stay independent.
+* Until the first state is applied the pool is held by ``control-plane`` ("syncing"; the
+  controller puts that hold on at start, the first apply takes it off).
+* A state older than the one applied is ignored (a late poll never undoes a newer pause). A
+  poll result with the applied version but other content (the hash edited by hand) applies.
+* A state hash that is missing, or older than what was applied although nothing was applied
+  since the poll was sent (Redis lost writes), is restored from the applied state (by the sync
+  loop); a pause is never replaced by a running state, so an older pause still applies.
+* ``auto_resume_at`` is honoured on the replica's own clock; a staggered resume waits an
+  offset derived from the replica id, spread evenly over the window once the peer list is read.
+* Invalid control messages are ignored, logged once per kind and counted.
+
+Everything here runs synchronously (a push straight from the transport): what has to go to
+Redis is left in the ``Outbox``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from replica.contract import (
+    ACK_APPLIED,
+    ACK_QUIET,
+    ACK_RESUMED,
+    FleetState,
+    clock,
+    format_time,
+    now_utc,
+    stagger_offset,
+)
+from replica.control.outbox import Outbox
+from replica.control.record import ReplicaRecord
+from replica.errors import InvalidMessage
+from replica.pool.holds import CONTROL_PLANE_SOURCE, FLEET_SOURCE
+from replica.pool.pool import PausablePool
+
+log = logging.getLogger(__name__)
+
+StateListener = Callable[[FleetState, "float | None"], Any]
+"""Called with each applied state and its propagation delay in seconds (None when unknown)."""
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_push(data: str | bytes, fleet: str) -> FleetState:
+    """A control message parsed once per process, however many controllers receive it (a
+    FleetState is immutable, so they can share it). Raises InvalidMessage."""
+    return FleetState.from_json(data, fleet)
+
+
+@functools.lru_cache(maxsize=16)
+def _state_json(state: FleetState) -> str:
+    return state.to_json()
+
+
+class StateApplier:
+    """The applied state of one replica of ``fleet``, and the pool holds that follow it."""
+
+    def __init__(
+        self,
+        pool: PausablePool,
+        record: ReplicaRecord,
+        outbox: Outbox,
+        fleet: str,
+        replica_id: str,
+        *,
+        pause_timeout: float,
+    ) -> None:
+        self._pool = pool
+        self._record = record
+        self._outbox = outbox
+        self._fleet = fleet
+        self._replica_id = replica_id
+        self._pause_timeout = pause_timeout
+        self.listeners: list[StateListener] = []
+        self._applying = False
+
+        self.applied: FleetState | None = None
+        self.apply_seq = 0
+        """Counts applies: a poll result older than the applied state although this did not
+        move since the poll was sent means Redis lost writes."""
+        self.synced = False
+        """A state was applied at least once (the syncing hold is off)."""
+        self.fleet_held = False
+        """The pool is held by the fleet's pause (source ``fleet``)."""
+        self.resume_at: datetime | None = None
+        """When a pending staggered or automatic resume is due, or None."""
+        self.pending_stagger: FleetState | None = None
+        """A staggered resume waiting for the peer list (the sync loop reads it)."""
+        self._quiet_at: datetime | None = None
+        self._pause_applied_mono: float | None = None
+        self._overdue_logged = False
+
+        # counters
+        self.invalid: dict[str, int] = {}
+        self.pushes = 0
+        self.applied_count = 0
+        self.stale_ignored = 0
+        self.propagation: float | None = None
+
+    @property
+    def applied_version(self) -> int:
+        return self.applied.version if self.applied is not None else 0
+
+    # ------------------------------------------------------------------ inputs
+
+    def on_push(self, data: Any) -> None:
+        """A message of the control channel (straight from the transport)."""
+        try:
+            state = _parse_push(data, self._fleet)
+        except InvalidMessage as exc:
+            self._count_invalid(exc)
+            return
+        self.pushes += 1
+        self.consider(state, "push")
+
+    def on_poll(self, raw: Mapping[Any, Any], poll_seq: int) -> None:
+        """The state hash as read by a poll sent when ``apply_seq`` was ``poll_seq``."""
+        if not raw:
+            if self.applied is not None and self.applied.version > 0:
+                self.request_restore("the state hash is missing")
+                return
+            self.consider(FleetState.initial(self._fleet), "poll", poll_seq)
+            return
+        try:
+            state = FleetState.from_hash(self._fleet, raw)
+        except InvalidMessage as exc:
+            self._count_invalid(exc)
+            return
+        self.consider(state, "poll", poll_seq)
+
+    def on_peers(self, peers: list[str] | None) -> None:
+        """The live replicas of the fleet (None: the read failed) for a pending stagger."""
+        state = self.pending_stagger
+        if state is None or state is not self.applied:
+            return
+        self.pending_stagger = None
+        if peers is not None and self._replica_id not in peers:
+            peers.append(self._replica_id)
+        now = now_utc()
+        start = state.resume_start() or now
+        offset = stagger_offset(self._replica_id, state.resume_stagger_s, peers)
+        if self.fleet_held:
+            log.info("fleet %s replica %s: staggered resume, %.1f s into a %.0f s window "
+                     "(%s)", self._fleet, self._replica_id, offset, state.resume_stagger_s,
+                     f"{len(peers)} replicas" if peers is not None else "offset from the id")
+            self._set_resume_at(start, offset, now)
+            if not self.fleet_held:
+                self._outbox.acks.add(ACK_RESUMED)
+
+    def on_pool_event(self, event: str) -> None:
+        """A pool listener: the record changes with the pool; quiet under a pause is acked."""
+        if event == "quiet" and self.fleet_held:
+            if self._quiet_at is None or not self._applying:
+                self._set_quiet_at(*clock())
+            self._outbox.acks.add(ACK_QUIET)
+        outbox = self._outbox
+        outbox.record_dirty = True
+        if not self._applying:
+            outbox.kick()
+
+    def _count_invalid(self, exc: InvalidMessage) -> None:
+        first = exc.kind not in self.invalid
+        self.invalid[exc.kind] = self.invalid.get(exc.kind, 0) + 1
+        if first:
+            log.warning("fleet %s replica %s: ignored an invalid control message (%s: %s); "
+                        "further ones of this kind are only counted",
+                        self._fleet, self._replica_id, exc.kind, exc.detail[:120])
+
+    # ------------------------------------------------------------------ the version rules
+
+    def consider(self, state: FleetState, source: str, poll_seq: int | None = None) -> None:
+        """Apply ``state`` if it is newer than the applied one (see the module's rules)."""
+        cur = self.applied
+        if cur is not None:
+            if state.version == cur.version:
+                if source != "poll" or state.same_content(cur):
+                    return
+                log.info("fleet %s: the state hash changed without a version bump (v%d): "
+                         "applying it", self._fleet, state.version)
+            elif state.version < cur.version:
+                if source != "poll" or poll_seq != self.apply_seq:
+                    self.stale_ignored += 1
+                    log.debug("fleet %s: ignored v%d from %s (applied v%d)",
+                              self._fleet, state.version, source, cur.version)
+                    return
+                # The hash went back in time although nothing was applied since the poll was
+                # sent: Redis lost writes. A pause still wins; otherwise put ours back.
+                if state.effectively_paused() and not cur.effectively_paused():
+                    log.warning("fleet %s: the state hash went back to v%d (applied v%d) and "
+                                "is paused: applying the pause", self._fleet, state.version,
+                                cur.version)
+                else:
+                    self.stale_ignored += 1
+                    self.request_restore(f"the state hash went back to v{state.version}")
+                    return
+        self._apply(state, source)
+
+    def request_restore(self, why: str) -> None:
+        if not self._outbox.restore_due:
+            log.warning("fleet %s replica %s: %s after v%d was applied: restoring it",
+                        self._fleet, self._replica_id, why, self.applied_version)
+        self._outbox.restore_due = True
+        self._outbox.wake.set()
+
+    def _apply(self, state: FleetState, source: str) -> None:
+        self._applying = True
+        try:
+            self._apply_state(state, source)
+        finally:
+            self._applying = False
+        self._outbox.kick()
+
+    def _apply_state(self, state: FleetState, source: str) -> None:
+        prev = self.applied
+        now, now_text = clock()
+        self.applied = state
+        self._record.set_applied(state.version, _state_json(state), now_text)
+        self.apply_seq += 1
+        self.applied_count += 1
+        changed = state.changed_at or state.since
+        propagation: float | None = None
+        if changed is not None and (prev is None or prev.version != state.version):
+            propagation = max(0.0, (now - changed).total_seconds())
+            self.propagation = propagation
+        pool = self._pool
+        if state.effectively_paused(now):
+            self.pending_stagger = None
+            self._hold(state, now, now_text)
+            if state.auto_resume_at is not None:
+                self._schedule_resume(state, state.auto_resume_at, now)
+            else:
+                self.resume_at = None
+        elif self.fleet_held:
+            start = state.resume_start() or now
+            self._schedule_resume(state, start, now)
+        else:
+            self.resume_at = None
+            self.pending_stagger = None
+        if self.synced is False:
+            self.synced = True
+            pool.release(CONTROL_PLANE_SOURCE)
+        outbox = self._outbox
+        outbox.acks.add(ACK_APPLIED)
+        outbox.record_dirty = True
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "fleet %s replica %s: applied v%d from %s: %s%s: %d in flight, %d queued%s",
+                self._fleet, self._replica_id, state.version, source,
+                "paused" if state.effectively_paused(now) else "running",
+                f" ({state.reason}, by {state.by})" if state.paused else "",
+                pool.in_flight, pool.queued,
+                "" if propagation is None else f", {propagation * 1000:.0f} ms after the change",
+            )
+        for listener in list(self.listeners):
+            try:
+                listener(state, propagation)
+            except Exception:
+                log.exception("fleet %s: a state listener failed", self._fleet)
+
+    def _hold(self, state: FleetState, now: datetime, now_text: str) -> None:
+        pool = self._pool
+        if not self.fleet_held:
+            self.fleet_held = True  # before the pool's events, so they see it
+            self._pause_applied_mono = time.monotonic()
+            self._overdue_logged = False
+            if pool.in_flight == 0:
+                self._set_quiet_at(now, now_text)  # the same clock reading
+            else:
+                self._set_quiet_at(None)
+        pool.hold(state.reason or "paused by the fleet", FLEET_SOURCE)
+
+    def _set_quiet_at(self, when: datetime | None, text: str | None = None) -> None:
+        self._quiet_at = when
+        self._record.set_quiet_at(text if text is not None else format_time(when))
+
+    # ------------------------------------------------------------------ resumes
+
+    def _schedule_resume(self, state: FleetState, start: datetime, now: datetime) -> None:
+        """Resume at ``start`` plus this replica's stagger offset (now if that is past)."""
+        window = state.resume_stagger_s
+        if window > 0 and start + timedelta(seconds=window) > now:
+            # Spreading evenly needs the peer list: the sync loop reads it and calls
+            # on_peers; until then, wait for the end of the window (never too early).
+            self.pending_stagger = state
+            self._set_resume_at(start, window, now)
+            self._outbox.wake.set()
+            return
+        self.pending_stagger = None
+        self._set_resume_at(start, 0.0, now)  # no stagger, or the window is already over
+
+    def _set_resume_at(self, start: datetime, offset: float, now: datetime) -> None:
+        due = start + timedelta(seconds=offset)
+        # a clock ahead of ours must not stretch the wait past the offset itself
+        due = min(due, now + timedelta(seconds=offset)) if start <= now else due
+        if due <= now:
+            self.resume_at = None
+            self._release(now)
+        else:
+            self.resume_at = due
+            self._outbox.wake.set()
+
+    def _release(self, now: datetime) -> None:
+        if not self.fleet_held:
+            return
+        self.fleet_held = False
+        self.resume_at = None
+        self._pause_applied_mono = None
+        self._set_quiet_at(None)
+        self._pool.release(FLEET_SOURCE)
+        self._outbox.record_dirty = True
+
+    def resume_due(self) -> None:
+        """Called by the sync loop: release the fleet hold when a pending resume is due."""
+        due = self.resume_at
+        if due is None:
+            return
+        now = now_utc()
+        if now < due:
+            return
+        state = self.applied
+        self.resume_at = None
+        self.pending_stagger = None
+        if state is not None and state.paused and not state.auto_resumed(now):
+            return  # no longer due (a newer pause)
+        log.info("fleet %s replica %s: resuming at v%d (%s): %d queued",
+                 self._fleet, self._replica_id, self.applied_version,
+                 "auto-resume" if state is not None and state.paused else "staggered",
+                 self._pool.queued)
+        self._release(now)
+        self._outbox.acks.add(ACK_RESUMED)
+
+    # ------------------------------------------------------------------ timers
+
+    def next_due(self, now: float) -> float | None:
+        """When (monotonic time, from ``now``) a pending resume falls due or a pause runs over
+        ``pause_timeout``: the sync loop wakes then. None when neither is pending."""
+        wake: float | None = None
+        if self.resume_at is not None:
+            left = (self.resume_at - now_utc()).total_seconds()
+            wake = now + max(0.0, left)
+        if self._pause_applied_mono is not None and not self._overdue_logged:
+            overdue = self._pause_applied_mono + self._pause_timeout
+            wake = overdue if wake is None else min(wake, overdue)
+        return wake
+
+    def check_overdue(self) -> None:
+        """Log, once per pause, items still in flight ``pause_timeout`` after it."""
+        t0 = self._pause_applied_mono
+        if t0 is None or self._overdue_logged or not self.fleet_held:
+            return
+        if time.monotonic() - t0 >= self._pause_timeout:
+            self._overdue_logged = True  # checked once per pause
+            if not self._pool.in_flight:
+                return
+            log.warning("fleet %s replica %s: still %d in flight %.0f s after the pause "
+                        "(not quiet)", self._fleet, self._replica_id, self._pool.in_flight,
+                        self._pause_timeout)
+
+
+__all__ = ["StateApplier", "StateListener"]

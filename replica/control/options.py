@@ -1,0 +1,70 @@
+"""ControllerSettings: the options of a ``FleetController``, in one object.
+
+``FleetController`` takes them as keyword arguments too (``poll_interval=...``); its
+signature's defaults are these (``replica.service.settings`` reads them from there). The
+controller's parts (the state applier, the sync loop) take the settings object.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, replace
+
+from replica.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerSettings:
+    """How a controller follows its fleet. ``None`` for ``host`` and ``io_timeout`` means
+    derived: the host name, and ``max(2 s, 2 * poll_interval)`` (see ``resolved()``)."""
+
+    poll_interval: float = 1.0
+    """Seconds between reads of the state hash (the certainty behind the pushes)."""
+    heartbeat_interval: float = 10.0
+    """Seconds between full writes of the replica record (a change writes at once)."""
+    host: str | None = None
+    """The host name the record shows."""
+    pause_timeout: float = 30.0
+    """After this long under a pause with items still in flight, log it (once per pause)."""
+    io_timeout: float | None = None
+    """The bound of one round trip to Redis."""
+    start_timeout: float = 10.0
+    """``start()`` returns after this long at most, synced or not."""
+    pubsub_ping_interval: float = 30.0
+    """An idle subscription is pinged after this long, and replaced when its ping goes
+    unanswered as long."""
+    reconnect_cap: float = 5.0
+    """The longest wait between two reconnection attempts."""
+
+    def __post_init__(self) -> None:
+        if self.poll_interval <= 0:
+            raise ConfigError("poll_interval must be positive")
+        if self.heartbeat_interval <= 0:
+            raise ConfigError("heartbeat_interval must be positive")
+
+    def resolved(self) -> ControllerSettings:
+        """These settings with the derived values filled in (``host``, ``io_timeout``) and the
+        intervals as floats."""
+        return replace(
+            self,
+            poll_interval=float(self.poll_interval),
+            heartbeat_interval=float(self.heartbeat_interval),
+            host=self.host_name,
+            io_timeout=self.round_trip_timeout,
+        )
+
+    @property
+    def host_name(self) -> str:
+        """``host``, or this machine's name when it is None."""
+        return self.host if self.host is not None else socket.gethostname()
+
+    @property
+    def round_trip_timeout(self) -> float:
+        """``io_timeout``, or ``max(2 s, 2 * poll_interval)`` when it is None."""
+        return self.io_timeout if self.io_timeout is not None else max(2.0, 2 * self.poll_interval)
+
+
+DEFAULTS = ControllerSettings()
+"""The defaults (``FleetController``'s keyword arguments default to them)."""
+
+__all__ = ["DEFAULTS", "ControllerSettings"]

@@ -1,0 +1,358 @@
+"""SyncLoop: a controller's one loop of round trips to Redis.
+
+Every ``poll_interval`` it reads the state hash (the certainty: whatever came over the channel,
+the hash is applied); in the same round trip it writes the replica record when it changed or a
+heartbeat falls due before the next poll (so a steady-state replica costs Redis about
+``1/poll_interval + 3/heartbeat_interval`` commands a second), reads the peer list for a
+staggered resume, and publishes the acknowledgements the fast path could not send. The first
+period after start is cut short by a random part, so replicas started together do not poll in
+step for good.
+
+Losing Redis is fail-static: the applied state stays, ``connected`` turns false (the record's
+``control`` field reads ``disconnected``), and the loop retries with jittered backoff. When the
+state applier asks for it (the hash went missing or back in time), the loop restores the state
+hash from the applied state (create-if-absent, the newest version winning); without permission
+to write (the replica ACL), the failure is logged once and counted, and the replica stays as it
+is.
+
+Every Redis await goes through ``uncancelled`` (``replica.control.redisio``), so a
+cancellation is never lost inside a call and ``stop()`` ends promptly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from datetime import datetime
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from replica.contract import (
+    RESTORE_STATE_LUA,
+    STALE_HEARTBEATS,
+    Keys,
+    clock,
+    now_utc,
+    restore_args,
+    text,
+)
+from replica.control.applier import StateApplier
+from replica.control.channel import ControlChannel
+from replica.control.options import ControllerSettings
+from replica.control.outbox import Outbox
+from replica.control.record import ReplicaRecord
+from replica.control.redisio import NET_ERRORS, Backoff, Link, as_mapping, uncancelled
+
+log = logging.getLogger(__name__)
+
+
+class SyncLoop:
+    """Polls, heartbeats, restores and reconnects for one ``FleetController``.
+
+    ``ready`` is set once the state was read while subscribed (``start()`` returns);
+    ``failed`` when ``start()`` has its answer without that: a round trip failed first, or the
+    state was read but the subscription failed.
+    """
+
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        link: Link,
+        channel: ControlChannel,
+        record: ReplicaRecord,
+        outbox: Outbox,
+        applier: StateApplier,
+        keys: Keys,
+        replica_id: str,
+    ) -> None:
+        self._poll_interval = settings.poll_interval
+        self._heartbeat_interval = settings.heartbeat_interval
+        self._io_timeout = settings.round_trip_timeout
+        self._reconnect_cap = settings.reconnect_cap
+        self._link = link
+        self._channel = channel
+        self._record = record
+        self._outbox = outbox
+        self._applier = applier
+        self._keys = keys
+        self._fleet = keys.fleet
+        self._replica_id = replica_id
+
+        self.ready = asyncio.Event()
+        self.failed = asyncio.Event()
+        self._sub_failed = False
+        self._connected = False
+        self._ever_connected = False
+        self._link_ok = False
+        self._poll_now = True
+
+        # counters
+        self.polls = 0
+        self.poll_failures = 0
+        self.last_poll_at: datetime | None = None
+        self.restores = 0
+        self.restore_failures = 0
+        self._restore_logged = False
+        self.write_failures = 0
+        self._write_logged = False
+
+    # ------------------------------------------------------------------ connection state
+
+    @property
+    def connected(self) -> bool:
+        """Subscribed to the control channel and the last round trip to Redis succeeded."""
+        return self._connected
+
+    def set_connected(self, value: bool, quiet: bool = False) -> None:
+        if value == self._connected:
+            return
+        self._connected = value
+        self._outbox.record_dirty = True
+        if value:
+            if self._ever_connected:
+                log.info("fleet %s replica %s: control plane connected again at v%d",
+                         self._fleet, self._replica_id, self._applier.applied_version)
+            self._ever_connected = True
+        elif not quiet:
+            log.warning("fleet %s replica %s: control plane disconnected: keeping v%d "
+                        "(%s) until Redis is back", self._fleet, self._replica_id,
+                        self._applier.applied_version,
+                        "paused" if self._applier.fleet_held else "running")
+
+    def on_subscribed(self, again: bool) -> None:
+        """The channel's (re)subscription: what was published meanwhile is lost, so read the
+        hash again."""
+        self._poll_now = True
+        self._outbox.wake.set()
+
+    def on_channel_lost(self, exc: BaseException) -> None:
+        self.set_connected(False)
+        self._sub_failed = True
+        if self._applier.synced:  # start() has its answer: state read, not subscribed
+            self.failed.set()
+
+    # ------------------------------------------------------------------ the loop
+
+    def _next_wakeup(self, next_poll: float, next_heartbeat: float) -> float:
+        now = time.monotonic()
+        wake = min(next_poll, next_heartbeat)
+        due = self._applier.next_due(now)
+        if due is not None:
+            wake = min(wake, due)
+        check = self._channel.next_check()
+        if check is not None:
+            wake = min(wake, check)
+        return max(0.0, wake - now)
+
+    async def run(self) -> None:
+        """Until cancelled."""
+        applier = self._applier
+        outbox = self._outbox
+        wake_event = outbox.wake
+        backoff = Backoff(cap=min(self._reconnect_cap, self._poll_interval))
+        next_poll = time.monotonic()
+        next_heartbeat = time.monotonic()
+        retry_at = 0.0
+        link_generation = 0
+        # The first period after start is cut short by a random part, so replicas started
+        # together (a rollout, a node coming back) do not poll and heartbeat in step for good.
+        # Only ever shorter: a poll still comes at least every poll_interval.
+        poll_phase = beat_phase = random.uniform(0.5, 1.0)
+        while True:
+            # at least a millisecond: a deadline already past must never spin the loop
+            delay = max(0.001, self._next_wakeup(next_poll, next_heartbeat))
+            if not wake_event.is_set():
+                try:
+                    async with asyncio.timeout(delay):
+                        await wake_event.wait()
+                except TimeoutError:
+                    pass
+            wake_event.clear()
+            applier.resume_due()
+            applier.check_overdue()
+            self._channel.check()
+            now = time.monotonic()
+            if not self._link_ok and now < retry_at:
+                continue  # Redis is away: try again at retry_at, not on every event
+            poll = self._poll_now or now >= next_poll
+            # after a reconnect, rewrite the record: a write without replies on the old
+            # connection (a change's record and ack) may have been lost with it
+            # A heartbeat due before the next poll goes with this one: one round trip.
+            heartbeat = (outbox.record_dirty or now >= next_heartbeat
+                         or (poll and next_heartbeat - now < self._poll_interval)
+                         or self._link.generation != link_generation)
+            peers = applier.pending_stagger is not None
+            restore = outbox.restore_due
+            if not (poll or heartbeat or peers or restore):
+                continue
+            sent = now
+            try:
+                await self._round_trip(poll, heartbeat, peers)
+                if restore and outbox.restore_due:
+                    await self._restore()
+            except asyncio.CancelledError:
+                raise
+            except NET_ERRORS as exc:
+                if poll:
+                    self.poll_failures += 1
+                self._link_ok = False
+                self.set_connected(False)
+                if not self.ready.is_set():
+                    self.failed.set()
+                log.debug("fleet %s replica %s: round trip failed: %r",
+                          self._fleet, self._replica_id, exc)
+                retry_at = time.monotonic() + backoff.next()
+                next_poll = retry_at
+                next_heartbeat = max(next_heartbeat, retry_at)
+                continue
+            backoff.reset()
+            if heartbeat:
+                link_generation = self._link.generation
+            now = time.monotonic()
+            if poll:
+                # from when the poll was sent, not when it came back: the period stays
+                # poll_interval however slow the round trip
+                next_poll = sent + self._poll_interval * poll_phase
+                poll_phase = 1.0
+            if heartbeat:
+                next_heartbeat = now + self._heartbeat_interval * beat_phase
+                beat_phase = 1.0
+
+    async def _round_trip(self, poll: bool, heartbeat: bool, peers: bool) -> None:
+        """One write to Redis: read the state hash (poll), read the peer list (stagger), write
+        the record (heartbeat) and publish an acknowledgement.
+
+        The record is written before the ack is published, so a reader that subscribes to acks
+        and then reads records misses nothing. A record write that goes with an ack is sent
+        without waiting for replies (``CLIENT REPLY SKIP``): at a fleet-wide change every
+        replica does it at once, and the saved reply per replica is most of the cost."""
+        keys = self._keys
+        channel = self._channel
+        applier = self._applier
+        outbox = self._outbox
+        sub_gen = channel.generation if channel.subscribed else -1
+        poll_seq = applier.apply_seq
+        commands: list[tuple[Any, ...]] = []
+        quiet: list[tuple[Any, ...]] = []
+        if poll:
+            self._poll_now = False
+            commands.append(("HGETALL", keys.state))
+        if peers:
+            stale_ms = int((time.time() - STALE_HEARTBEATS * self._heartbeat_interval) * 1000)
+            commands.append(("ZRANGEBYSCORE", keys.replicas, stale_ms, "+inf"))
+        acks = outbox.take_acks()
+        record_written = False
+        if heartbeat or acks:
+            outbox.record_dirty = False
+            record_written = True
+            writes = self._record.commands(full=not acks)
+            if acks:
+                quiet += writes
+                quiet.append(("PUBLISH", keys.acks, self._record.ack_json(acks, clock()[1])))
+            else:
+                commands += writes
+        try:
+            async with asyncio.timeout(self._io_timeout):
+                results = await uncancelled(self._link.call(commands, quiet))
+        except BaseException:
+            # not sent: keep what still has to go out
+            outbox.acks |= acks
+            if record_written:
+                outbox.record_dirty = True
+            if poll:
+                self._poll_now = True
+            raise
+        i = 0
+        poll_error: BaseException | None = None
+        if poll:
+            raw = results[i]
+            i += 1
+            if isinstance(raw, BaseException):
+                poll_error = raw
+                self._poll_now = True
+            else:
+                self.polls += 1
+                self.last_poll_at = now_utc()
+                applier.on_poll(as_mapping(raw), poll_seq)
+                if self._sub_failed and applier.synced:
+                    self.failed.set()
+                if sub_gen >= 0 and channel.subscribed and sub_gen == channel.generation:
+                    self.set_connected(True)
+                    self.ready.set()
+        if peers:
+            found = results[i]
+            i += 1
+            if not isinstance(found, BaseException):
+                applier.on_peers([text(p) for p in found])
+            else:
+                applier.on_peers(None)  # an offset derived from the id alone
+        refused = [r for r in results[i:] if isinstance(r, BaseException)]
+        refused += self._link.take_errors()
+        if refused:
+            # A write the replica may not do (an ACL without the acks channel, a read-only
+            # server): report once, count, carry on following the fleet.
+            self.write_failures += len(refused)
+            if not self._write_logged:
+                self._write_logged = True
+                log.warning("fleet %s replica %s: cannot write its record or publish its "
+                            "acknowledgement (%s); further failures are only counted",
+                            self._fleet, self._replica_id, str(refused[0])[:120])
+        elif record_written:
+            outbox.heartbeats += 1
+        if poll_error is not None:
+            raise poll_error
+        self._link_ok = True
+
+    # ------------------------------------------------------------------ writes of their own
+
+    async def _restore(self) -> None:
+        """Put the state hash back from the applied state (the Lua script: create-if-absent,
+        the newest version winning)."""
+        outbox = self._outbox
+        state = self._applier.applied
+        if state is None or state.version == 0:
+            outbox.restore_due = False
+            return
+        keys = self._keys
+        try:
+            async with asyncio.timeout(self._io_timeout):
+                written = await uncancelled(self._link.evalsha(
+                    RESTORE_STATE_LUA,
+                    keys=[keys.state, keys.audit, keys.control],
+                    args=restore_args(state, self._replica_id),
+                ))
+        except ResponseError as exc:
+            # NOPERM under the replica ACL: the coordinator restores (Fleet.restore_if_missing)
+            self.restore_failures += 1
+            if not self._restore_logged:
+                self._restore_logged = True
+                log.warning("fleet %s replica %s: cannot restore the state hash (%s): staying "
+                            "at v%d; the coordinator restores it", self._fleet,
+                            self._replica_id, str(exc)[:120], state.version)
+            outbox.restore_due = False
+            return
+        outbox.restore_due = False
+        if int(written):
+            self.restores += 1
+            log.warning("fleet %s replica %s: restored the state hash at v%d (%s) "
+                        "(%d restores)", self._fleet, self._replica_id, state.version,
+                        "paused" if state.paused else "running", self.restores)
+
+    async def remove_record(self, timeout: float) -> None:
+        """What a clean stop does once the loop has ended: remove the record (within
+        ``timeout``: a Redis that does not answer must not hold the stop up) and close the
+        link."""
+        try:
+            async with asyncio.timeout(timeout):
+                await uncancelled(self._link.call(self._record.remove_commands()))
+        except NET_ERRORS as exc:
+            log.info("fleet %s replica %s: could not remove the record on stop: %r",
+                     self._fleet, self._replica_id, exc)
+        finally:
+            await self._link.close()
+
+
+__all__ = ["SyncLoop"]

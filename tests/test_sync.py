@@ -1,0 +1,154 @@
+"""replica.control.sync: the poll and the heartbeat in one round trip, fail-static on a lost
+Redis, and the restore of a state hash Redis forgot."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from cpkit import Replica, Replicas, until
+
+from coordinator import Fleet
+from coordinator.demo.localredis import LocalRedis
+from replica.contract import Keys
+
+
+async def test_a_heartbeat_rides_on_a_poll_rather_than_a_round_trip_of_its_own(
+    redis_url: str, fleet_name: str
+) -> None:
+    replica = Replica(redis_url, fleet_name, "pod-hb", poll_interval=0.05,
+                      heartbeat_interval=0.2)
+    await replica.start()
+    try:
+        link = replica.controller._link
+        call = link.call
+        trips: list[list[str]] = []
+
+        async def spy(commands: list[tuple[Any, ...]], quiet: Any = ()) -> list[Any]:
+            trips.append([str(c[0]) for c in [*commands, *quiet]])
+            return await call(commands, quiet)
+
+        link.call = spy  # type: ignore[method-assign]
+
+        def beats() -> list[list[str]]:  # record writes without an ack (not a change's)
+            return [t for t in trips if "HSET" in t and "PUBLISH" not in t]
+
+        await until(lambda: len(beats()) >= 4, what="four heartbeats")
+        assert all("HGETALL" in t for t in beats()), trips
+        assert sum("HGETALL" in t for t in trips) > len(beats())
+    finally:
+        await replica.stop()
+
+async def test_subscriptions_killed_just_before_a_pause_still_pause_every_replica_within_a_poll(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    poll = 2.0
+    fleet = Fleet(redis, fleet_name)
+    async with Replicas(redis_url, fleet_name, 5, poll_interval=poll) as replicas:
+        killed = await redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        assert int(killed) >= 5
+        t0 = time.monotonic()
+        await fleet.pause("after the kill", by="t")
+        await asyncio.wait_for(
+            asyncio.gather(*(p.wait_for(True) for p in replicas.pools)), poll + 5.0
+        )
+        # one poll interval, plus slack for a machine shared with other test runs
+        assert time.monotonic() - t0 < poll + 1.0
+        await until(lambda: all(c.connected for c in replicas.controllers))
+        assert all(c.stats().reconnects >= 1 for c in replicas.controllers)
+
+async def test_redis_restarted_empty_during_a_pause_runs_nothing_and_the_state_is_restored(
+    private_redis: LocalRedis, fleet_name: str
+) -> None:
+    admin = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
+    fleet = Fleet(admin, fleet_name)
+    keys = Keys(fleet_name)
+    try:
+        async with Replicas(private_redis.url, fleet_name, 3, poll_interval=0.5,
+                            heartbeat_interval=1.0) as replicas:
+            paused = await fleet.pause("before the crash", by="ops")
+            assert (await fleet.wait(paused.version, timeout=10)).ok
+            for i, pool in enumerate(replicas.pools):
+                for n in range(5):
+                    pool.put_nowait((i, n))
+            private_redis.kill()
+            await until(lambda: not any(c.connected for c in replicas.controllers),
+                        what="every controller to notice")
+            assert all(r.ran == [] for r in replicas)
+            assert all(c.applied_version == paused.version for c in replicas.controllers)
+            private_redis.start()  # empty: no persistence
+            await admin.connection_pool.disconnect()  # the test's own client: no stale sockets
+            await until(lambda: all(c.connected for c in replicas.controllers), timeout=30,
+                        what="every controller to reconnect")
+            await until(lambda: admin.exists(keys.state), timeout=10)
+            restored = await fleet.state()
+            assert restored.version == paused.version and restored.paused
+            assert restored.reason == "before the crash" and restored.since == paused.since
+            assert sum(c.stats().restores for c in replicas.controllers) >= 1
+            assert all(r.ran == [] for r in replicas)
+            assert any(e.action == "restore" for e in await fleet.history())
+            resumed = await fleet.resume(by="ops")
+            assert resumed.version == paused.version + 1
+            assert (await fleet.wait(resumed.version, timeout=15)).ok
+            await until(lambda: all(len(r.ran) == 5 for r in replicas))
+            assert all(r.started_while_held == [] for r in replicas)
+    finally:
+        await admin.aclose()
+
+async def test_the_control_field_reads_disconnected_while_pubsub_is_refused(
+    private_redis: LocalRedis, no_subscribe_url: str, fleet_name: str
+) -> None:
+    admin = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
+    url = no_subscribe_url
+    fleet = Fleet(admin, fleet_name)
+    try:
+        replica = Replica(url, fleet_name, "pod-1", poll_interval=0.3, start_timeout=5.0)
+        await replica.start()
+        try:
+            assert replica.controller.synced and not replica.controller.connected
+            assert replica.pool.holds == {}
+            t0 = time.monotonic()
+            await fleet.pause("polled", by="ops")
+            await asyncio.wait_for(replica.pool.wait_for(True), 10)
+            assert time.monotonic() - t0 < 0.3 + 1.0  # one poll interval, plus slack
+            record = await admin.hgetall(Keys(fleet_name).replica("pod-1"))
+            assert record["control"] == "disconnected"
+        finally:
+            await replica.stop()
+    finally:
+        await admin.aclose()
+
+async def test_a_replica_without_write_access_to_the_state_counts_the_failed_restore_and_stays(
+    private_redis: LocalRedis, fleet_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="replica.control.sync")
+    admin = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
+    await admin.execute_command(
+        "ACL", "SETUSER", "replica", "on", ">pw", "resetkeys", "~fleetgate:*:replica:*",
+        "~fleetgate:*:replicas", "%R~fleetgate:*:state", "resetchannels",
+        "&fleetgate:*:control", "&fleetgate:*:acks", "+@all",
+    )
+    url = private_redis.url.replace("redis://", "redis://replica:pw@")
+    fleet = Fleet(admin, fleet_name)
+    keys = Keys(fleet_name)
+    try:
+        async with Replicas(url, fleet_name, 2, poll_interval=0.2) as replicas:
+            paused = await fleet.pause("acl", by="ops")
+            assert (await fleet.wait(paused.version, timeout=10)).ok
+            await admin.delete(keys.state)  # Redis forgot the state
+            await until(lambda: all(c.stats().restore_failures >= 2
+                                    for c in replicas.controllers))
+            assert all(p.holds == {"fleet": "acl"} for p in replicas.pools)
+            failures = [r for r in caplog.records if "cannot restore" in r.getMessage()]
+            assert len(failures) == 2  # logged once per replica
+            assert await fleet.restore_if_missing()
+            assert (await fleet.state()).version == paused.version
+            assert not await fleet.restore_if_missing()
+            resumed = await fleet.resume(by="ops")
+            assert (await fleet.wait(resumed.version, timeout=10)).ok
+    finally:
+        await admin.aclose()
