@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -195,3 +196,43 @@ def test_the_options_come_as_keywords_or_as_settings_but_not_both() -> None:
     assert by_settings.io_timeout == 3.0 and by_settings.heartbeat_interval == 10.0
     with pytest.raises(ConfigError):
         FleetController(pool, client, "orders", "pod-1", poll_interval=2.0, settings=settings)
+
+
+# ---------------------------------------------------------------------------- stop
+
+
+@pytest.mark.parametrize("moment", ["a poll", "the first connection"])
+async def test_stop_returns_within_a_second_when_redis_stops_answering_in_the_middle_of_a_call(
+    private_redis: LocalRedis, fleet_name: str, moment: str
+) -> None:
+    admin = aioredis.Redis.from_url(private_redis.url)
+    replica = Replica(private_redis.url, fleet_name, "pod-1", poll_interval=0.05,
+                      start_timeout=0.3)
+    try:
+        if moment == "the first connection":
+            await admin.execute_command("CLIENT", "PAUSE", "30000", "ALL")
+            await replica.start()  # returns after start_timeout, still connecting
+            assert not replica.controller.synced
+        else:
+            await replica.start()
+            link = replica.controller._link
+            call = link.call
+            entered = asyncio.Event()
+
+            async def spy(commands: list[tuple[Any, ...]], quiet: Any = ()) -> list[Any]:
+                entered.set()
+                return await call(commands, quiet)
+
+            link.call = spy  # type: ignore[method-assign]
+            await admin.execute_command("CLIENT", "PAUSE", "30000", "ALL")
+            entered.clear()
+            await entered.wait()  # a poll went out to a Redis that answers nothing
+        t0 = time.monotonic()
+        await replica.controller.stop()
+        assert time.monotonic() - t0 < 1.0
+        assert all(task.done() for task in replica.controller._tasks)
+        await replica.controller.stop()  # idempotent
+    finally:
+        private_redis.kill()  # the pause would outlive the test
+        await replica.stop()
+        await admin.aclose()
