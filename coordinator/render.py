@@ -15,6 +15,11 @@ A replica's state is exactly one of ``running``, ``paused`` (held, items still i
 old). ``unacknowledged`` counts live replicas behind the fleet's current version. A pause is
 ``overdue`` past its ``expected_until``, or past ``max_pause`` when it was given no window.
 Ages read ``4m12s``; times are UTC ISO 8601.
+
+Every text read from Redis (reasons, ``by``, replica ids, hosts, audit fields) reaches the
+terminal as text, never as rich markup, and with every character that is not printable shown
+as its escape (``printable``): a reason ``[link=...]`` stays those characters, a host holding
+ESC sequences cannot drive the terminal.
 """
 
 from __future__ import annotations
@@ -33,6 +38,24 @@ from replica.contract import FleetState, format_time, now_utc
 
 REPLICA_STATES: Final = ("running", "paused", "quiet", "stale")
 DEFAULT_MAX_PAUSE_S: Final = 1800.0
+
+
+# ---------------------------------------------------------------------------- text
+
+
+def printable(value: object) -> str:
+    """``value`` as one printable line: each character that is not printable (controls,
+    ESC, format characters such as bidirectional overrides, line separators) as its escape,
+    ``\\x1b``, ``\\u202e``. Markup is not touched: see ``cell``."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def cell(value: object, style: str = "") -> Text:
+    """Stored text for a table: a ``Text`` (rich reads no markup and no emoji codes in it)."""
+    return Text(printable(value), style=style)
 
 
 # ---------------------------------------------------------------------------- figures
@@ -165,7 +188,7 @@ def banner(state: FleetState, replicas: Sequence[ReplicaInfo], now: datetime, ma
     overdue = is_overdue(state, now, max_pause)
     if paused:
         line.append(" PAUSED ", style="bold white on red" if overdue else "bold black on yellow")
-        line.append(f"  fleet {state.fleet}  reason {state.reason!r}  by {state.by or '-'}")
+        line.append(f"  fleet {state.fleet}  reason {state.reason!r}  by {printable(state.by or '-')}")
         line.append(f"  since {format_time(state.since) or '-'}")
         age = format_age(pause_age_s(state, now))
         line.append(f" ({age})", style="bold red" if overdue else "")
@@ -182,7 +205,7 @@ def banner(state: FleetState, replicas: Sequence[ReplicaInfo], now: datetime, ma
             line.append(f"  since {format_time(state.since)}")
             line.append(f" ({format_age((now - state.since).total_seconds())})")
         if state.by:
-            line.append(f"  last change by {state.by}")
+            line.append(f"  last change by {printable(state.by)}")
     s = summary(state, replicas, now, max_pause)
     line.append(
         f"\nversion {state.version}  replicas {s['replicas']}: {s['running']} running, "
@@ -190,6 +213,11 @@ def banner(state: FleetState, replicas: Sequence[ReplicaInfo], now: datetime, ma
         f"{s['unacknowledged']} unacknowledged; {s['in_flight']} in flight, {s['queued']} queued"
     )
     return line
+
+
+def _source_stopped(replica: ReplicaInfo) -> bool:
+    """The replica service reports (record field ``source``) that its work source stopped."""
+    return replica.extra.get("source", "").startswith("stopped")
 
 
 def replica_table(
@@ -203,14 +231,15 @@ def replica_table(
         lag, acked = ack_lag_s(r, state, now)
         version = f"v{r.applied_version}" + ("" if r.applied_version >= state.version else " (behind)")
         table.add_row(
-            r.id,
-            Text(st, style={"stale": "red", "quiet": "cyan", "paused": "yellow"}.get(st, "green")),
-            version,
-            str(r.in_flight),
-            str(r.queued),
-            _time_and_age(r.heartbeat_at, now),
-            (_lag(lag) if acked else f"waiting {format_age(lag)}") if lag is not None else "-",
-            r.host or "-",
+            cell(r.id),
+            cell(st, style={"stale": "red", "quiet": "cyan", "paused": "yellow"}.get(st, "green"))
+            if not _source_stopped(r) else cell(f"{st}, source stopped", style="bold red"),
+            cell(version),
+            cell(r.in_flight),
+            cell(r.queued),
+            cell(_time_and_age(r.heartbeat_at, now)),
+            cell((_lag(lag) if acked else f"waiting {format_age(lag)}") if lag is not None else "-"),
+            cell(r.host or "-"),
         )
     return table
 
@@ -237,7 +266,10 @@ def history_table(events: Sequence[AuditEvent]) -> RenderableType:
     for name in ("at", "action", "by", "reason", "version"):
         table.add_column(name)
     for e in events:
-        table.add_row(format_time(e.at), e.action, e.by or "-", e.reason or "-", str(e.version))
+        table.add_row(
+            cell(format_time(e.at)), cell(e.action), cell(e.by or "-"), cell(e.reason or "-"),
+            cell(e.version),
+        )
     return table
 
 
@@ -246,9 +278,10 @@ def action_line(state: FleetState) -> str:
     if state.paused:
         window = f", expected until {format_time(state.expected_until)}" if state.expected_until else ""
         auto = " (resumes by itself)" if state.auto_resume_at else ""
-        return f"fleet {state.fleet} paused by {state.by}: {state.reason!r} (version {state.version}{window}{auto})"
+        return (f"fleet {state.fleet} paused by {printable(state.by)}: {state.reason!r} "
+                f"(version {state.version}{window}{auto})")
     stagger = f", staggered over {format_age(state.resume_stagger_s)}" if state.resume_stagger_s else ""
-    return f"fleet {state.fleet} resumed by {state.by} (version {state.version}{stagger})"
+    return f"fleet {state.fleet} resumed by {printable(state.by)} (version {state.version}{stagger})"
 
 
 def wait_table(report: WaitReport) -> RenderableType:
@@ -261,13 +294,13 @@ def wait_table(report: WaitReport) -> RenderableType:
         table.add_column(name)
     for r in report.replicas:
         row: list[RenderableType] = [
-            r.id,
+            cell(r.id),
             Text("yes", style="green") if r.reached else Text("no", style="red"),
-            _at_after(r.acked_at, r.applied_after_s),
+            cell(_at_after(r.acked_at, r.applied_after_s)),
         ]
         if pause:
-            row.append(_at_after(r.quiet_at, r.quiet_after_s))
-        row.append(r.why or "")
+            row.append(cell(_at_after(r.quiet_at, r.quiet_after_s)))
+        row.append(cell(r.why or ""))
         table.add_row(*row)
     return table
 
@@ -290,7 +323,7 @@ def _lag(seconds: float) -> str:
 def stragglers_line(report: WaitReport) -> str:
     """The one stderr line of a ``--wait`` that timed out."""
     stragglers = [r for r in report.replicas if not r.reached]
-    named = ", ".join(f"{r.id} ({r.why or 'no answer'})" for r in stragglers)
+    named = ", ".join(printable(f"{r.id} ({r.why or 'no answer'})") for r in stragglers)
     goal = "quiet" if report.action == "pause" else "running"
     return (
         f"timed out after {report.elapsed_s:.1f}s: {len(stragglers)} of {len(report.replicas)} "
@@ -304,10 +337,12 @@ __all__ = [
     "action_dict",
     "action_line",
     "banner",
+    "cell",
     "history_dict",
     "history_table",
     "is_overdue",
     "pause_age_s",
+    "printable",
     "replica_state",
     "replica_table",
     "status_dict",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import json
 import signal
+import socket
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -399,3 +400,68 @@ def test_demo_pool_runs_the_pool_demo_and_exits_with_its_status(capsys: pytest.C
     code, out, _ = run(capsys, "demo", "--pool", "--json")
     assert code == 0
     assert json.loads(out)["ok"] is True
+
+
+# ---------------------------------------------------------------------------- URLs and serve
+
+
+BAD_URLS = [
+    ("redis://127.0.0.1:notaport/0", "port that is not a number"),
+    ("redis://:s3cret@[::1", "Invalid IPv6 URL"),
+    ("[::1", "must be a redis://"),
+    ("redis://:s3cret@/0", "has no host"),
+    ("reddis://replica:s3cret@host:6379/0", "must be a redis://"),
+    ("redis://:s3#cret@127.0.0.1:6379/0", "percent-encode"),
+]
+
+
+@pytest.mark.parametrize(("url", "fragment"), BAD_URLS)
+def test_a_redis_url_that_cannot_work_exits_2_with_one_line_that_hides_the_password(
+    env: None, capsys: pytest.CaptureFixture[str], url: str, fragment: str
+) -> None:
+    for argv in (["status"], ["pause", "--reason", "x"], ["enqueue", "1"]):
+        code, out, err = run(capsys, "--redis-url", url, *argv)
+        assert code == 2, err
+        line = one_line(err)
+        assert "--redis-url" in line and fragment in line
+        assert "s3" not in err + out
+
+
+@pytest.mark.parametrize(("url", "fragment"), BAD_URLS)
+def test_serve_with_a_redis_url_that_cannot_work_exits_2_with_one_line(
+    url: str, fragment: str
+) -> None:
+    done = run_cli("serve", "--port", str(free_port()), "--redis-url", url,
+                   env={"FLEETGATE_ADMIN_TOKEN": "a-long-enough-admin-token-for-serve"})
+    assert done.returncode == 2, done.stderr
+    line = one_line(done.stderr)
+    assert "--redis-url" in line and fragment in line
+    assert "s3" not in done.stderr + done.stdout
+
+
+def test_serve_on_a_port_in_use_exits_2_with_one_line(redis_url: str, fleet_name: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli("serve", "--port", str(port), redis_url=redis_url, fleet=fleet_name,
+                       env={"FLEETGATE_ADMIN_TOKEN": "a-long-enough-admin-token-for-serve"})
+    assert done.returncode == 2, done.stderr
+    line = one_line(done.stderr)
+    assert f"cannot listen on 127.0.0.1:{port}" in line and "in use" in line
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://:s3@cret@127.0.0.1:{port}/0", "redis://127.0.0.1:{port}/0?password=s3cret&db=0",
+     "redis://user:s3%23cret@127.0.0.1:{port}/0"],
+)
+def test_an_unreachable_redis_is_named_without_its_password_whatever_its_form(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    monkeypatch.setenv("FLEETGATE_REDIS_URL", url.format(port=free_port()))
+    monkeypatch.setenv("FLEETGATE_FLEET", "unreachable")
+    code, _, err = run(capsys, "status")
+    assert code == 1
+    assert "cannot reach Redis at redis://" in one_line(err) and "***" in err
+    assert "s3" not in err

@@ -110,6 +110,20 @@ def test_make_test_installs_with_the_test_extra_and_runs_lint_types_and_the_suit
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
+# ---------------------------------------------------------------------------- exit statuses
+
+
+def test_the_exit_status_table_lists_every_status_the_cli_exits_with() -> None:
+    from coordinator.cli.exits import EXIT_STATUSES
+
+    walkthrough = sections()["walkthrough"]
+    table = walkthrough[walkthrough.index("Exit status, for scripts"):]
+    rows = re.findall(r"^\| `(\d+)` \| (.+) \|$", table.split("\n\n", 2)[1], re.M)
+    assert [int(code) for code, _ in rows] == sorted(EXIT_STATUSES)
+    meanings = dict(rows)
+    assert "outcome is unknown" in meanings["5"] and "fleetgate status" in meanings["5"]
+
+
 # ---------------------------------------------------------------------------- deployment
 
 

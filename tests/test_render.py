@@ -3,6 +3,7 @@ JSON shapes and the human tables."""
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -193,3 +194,58 @@ def test_the_action_line_says_what_happened() -> None:
     assert render.action_line(state(paused=False, by="bob", resume_stagger_s=30.0)) == (
         "fleet orders resumed by bob (version 7, staggered over 30s)"
     )
+
+
+# ---------------------------------------------------------------------------- stored text
+
+
+LINK = "[link=https://evil.example/login]see runbook[/link]"
+
+
+def terminal_output(renderable: Any) -> str:
+    """What a colour terminal that knows OSC 8 links would receive."""
+    stream = io.StringIO()
+    console = Console(width=200, force_terminal=True, color_system="truecolor", file=stream)
+    console.print(renderable)
+    return stream.getvalue()
+
+
+def test_a_reason_with_link_markup_is_printed_as_those_characters_not_as_a_link() -> None:
+    events = [AuditEvent(id="1-0", action="pause", reason=LINK, by="[b]mallory[/b]", version=3, at=NOW)]
+    out = terminal_output(render.history_table(events))
+    assert "\x1b]8;" not in out
+    assert LINK in out and "[b]mallory[/b]" in out
+    assert "\x1b]8;" not in terminal_output(render.banner(state(reason=LINK, by=LINK), [], NOW, 1800))
+
+
+def test_a_reason_with_a_stray_closing_tag_renders() -> None:
+    events = [AuditEvent(id="1-0", action="pause", reason="db [/oops] migration", by="a", version=1, at=NOW)]
+    assert "db [/oops] migration" in text_of(render.history_table(events))
+
+
+def test_control_and_escape_characters_in_stored_text_show_as_escapes() -> None:
+    host = "evil\x1b[2J\x1b]8;;https://x\x1b\\host\u202e\x9b"
+    table = render.replica_table(state(), [replica(host=host, id="r1")], NOW)
+    out = text_of(table)
+    assert "\x1b" not in out and "\u202e" not in out and "\x9b" not in out
+    assert "evil\\x1b[2J\\x1b]8;;https://x\\x1b\\host\\u202e\\x9b" in out
+    events = [AuditEvent(id="1-0", action="pause\x07", reason="a\nb", by="e\x1bvil", version=1, at=NOW)]
+    out = text_of(render.history_table(events))
+    assert "\x1b" not in out and "\x07" not in out and "a\\nb" in out and "e\\x1bvil" in out
+    assert "\x1b" not in render.action_line(state(by="e\x1bvil"))
+    assert "\x1b" not in text_of(render.banner(state(by="e\x1bvil", paused=False), [], NOW, 1800))
+
+
+def test_the_wait_table_and_the_stragglers_line_print_ids_and_reasons_as_text() -> None:
+    report = WaitReport(
+        action="pause", version=2, ok=False, elapsed_s=1.0,
+        replicas=[replace(_result("r[red]1", False, "in \x1b[31mflight"))],
+    )
+    out = terminal_output(render.wait_table(report))
+    assert "r[red]1" in out and "\x1b[31mflight" not in out
+    assert "\x1b" not in render.stragglers_line(report) and "r[red]1" in render.stragglers_line(report)
+
+
+def test_printable_text_is_kept_as_it_is() -> None:
+    for value in ("db migration", "café [note] 100%", "日本語", ""):
+        assert render.printable(value) == value

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import signal
+import socket
 import sys
 import threading
 import time
@@ -22,6 +23,7 @@ import uvicorn
 
 from coordinator.settings import CoordinatorSettings, redact
 from coordinator.web.api import create_app
+from replica.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -81,22 +83,46 @@ class Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before uvicorn starts: an address in use or one that
+    cannot be bound is a ``ConfigError`` of one line (uvicorn itself would log it and exit 3,
+    which the CLI keeps for a --wait that timed out)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
 def serve_forever(
     settings: CoordinatorSettings, *, insecure_no_auth: bool = False, json_logs: bool = False
 ) -> bool:
-    """Serve until SIGTERM/SIGINT. Returns False when the server could not start (port in use).
+    """Serve until SIGTERM/SIGINT. Returns False when the server could not start (its
+    lifespan failed: the log says why).
 
-    Raises ``ConfigError`` (from ``create_app``) for settings that cannot work.
+    Raises ``ConfigError`` for settings that cannot work (from ``create_app``) and for an
+    address it cannot listen on (a port in use).
     """
     configure_logging(json_logs)
     application = create_app(settings, insecure_no_auth=insecure_no_auth)
-    log.info(
-        "serving fleet %s on http://%s:%d (Redis %s)",
-        settings.fleet, settings.host, settings.port, redact(settings.redis_url),
-    )
-    config = uvicorn.Config(
-        application, host=settings.host, port=settings.port, log_config=None, lifespan="on"
-    )
-    server = Server(config)
-    server.run()
-    return bool(server.started)
+    sock = listen(settings.host, settings.port)
+    try:
+        log.info(
+            "serving fleet %s on http://%s:%d (Redis %s)",
+            settings.fleet, settings.host, sock.getsockname()[1], redact(settings.redis_url),
+        )
+        config = uvicorn.Config(
+            application, host=settings.host, port=settings.port, log_config=None, lifespan="on"
+        )
+        server = Server(config)
+        try:
+            server.run(sockets=[sock])
+        except SystemExit:  # uvicorn's exit when the lifespan fails to start (logged)
+            return False
+        return bool(server.started)
+    finally:
+        sock.close()

@@ -40,34 +40,39 @@ def redact_url(url: str) -> str:
     ``redis://:p#ss@h/0`` gives ``redis://:***@h/0``; ``unix:///run/redis.sock?password=x``
     gives ``unix:///run/redis.sock?password=***``. Characters that are not printable show as
     escapes (``\\x1b``), so the result is safe on a terminal and in a log line.
+
+    Where a URL reads two ways (an "@" after a "/", "?" or "#": a password holding those, or
+    an "@" in a query value), what is secret in either reading is hidden.
     """
     text = str(url).strip()
     match = _SCHEME.match(text)
-    head = match.group(0) if match else ""
-    rest = text[len(head):]
-    if "@" in rest:
-        # the user part ends at the last "@": a password may hold "@", "#", "?" or "/"
-        userinfo, _, after = rest.rpartition("@")
+    start = match.end() if match else 0
+    secret = [False] * len(text)
+
+    def hide(begin: int, end: int) -> None:
+        secret[begin:end] = [True] * (end - begin)
+
+    rest = text[start:]
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    # the user part as a URL parser reads it (it ends at the first "/", "?" or "#"), and as a
+    # password holding those makes it (it ends at the last "@")
+    for userinfo in {authority.rpartition("@")[0], rest.rpartition("@")[0]} - {""}:
         user, colon, _ = userinfo.partition(":")
         if any(c in user for c in "/?#"):
-            # an "@" in a path or a query, or a user part no reader agrees on: hide it all
-            userinfo = MASK
+            hide(start, start + len(userinfo))
         elif colon:
-            userinfo = f"{user}:{MASK}"
-        text = head + userinfo + "@" + _hide_params(after)
-    else:
-        text = head + _hide_params(rest)
-    return _printable(text)
-
-
-def _hide_params(text: str) -> str:
-    def hide(m: re.Match[str]) -> str:
-        name = unquote(m.group(2))
-        if _SECRET_KEY.search(name):
-            return f"{m.group(1)}{m.group(2)}={MASK}"
-        return m.group(0)
-
-    return _PARAM.sub(hide, text)
+            hide(start + len(user) + 1, start + len(userinfo))
+    for pos, char in enumerate(text[start:], start):  # every separator: matches may overlap
+        m = _PARAM.match(text, pos) if char in "?&#;" else None
+        if m is not None and _SECRET_KEY.search(unquote(m.group(2))):
+            hide(m.start(3), m.end(3))
+    out: list[str] = []
+    for i, char in enumerate(text):
+        if not secret[i]:
+            out.append(char)
+        elif i == 0 or not secret[i - 1]:
+            out.append(MASK)
+    return _printable("".join(out))
 
 
 def _printable(text: str) -> str:

@@ -1,0 +1,182 @@
+"""The commands that change the fleet: ``pause`` and ``resume``.
+
+``--timeout`` bounds the whole command, however Redis behaves, and is also how long ``--wait``
+waits. Cut off by it, a command says what it knows: nothing was sent (exit 1), the change was
+sent and did not answer (exit 5: its outcome is unknown, read the state), or the change is
+made and the replicas did not all get there (exit 3, the stragglers named).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Annotated, Final, TypeVar
+
+import typer
+
+from coordinator import render
+from coordinator.cli.exits import EXIT_TIMEOUT, CliError, usage
+from coordinator.cli.options import (
+    FleetOption,
+    Globals,
+    JsonOption,
+    UrlOption,
+    duration_option,
+    operator,
+    reason_option,
+)
+from coordinator.cli.output import console, emit_json
+from coordinator.cli.runner import (
+    DeadlineExceeded,
+    Progress,
+    outcome_unknown,
+    run_with_fleet,
+    unreachable,
+)
+from coordinator.durations import format_age
+from coordinator.fleet.fleet import Fleet
+from coordinator.fleet.models import WaitReport
+from coordinator.settings import CoordinatorSettings
+from replica.contract import MAX_STAGGER_S, FleetState
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT: Final = "60s"
+GRACE_S: Final = 2.0
+"""How far past --timeout a --wait may run: it gets what is left of --timeout, then reads who
+did not get there, and why (only a Redis that stops answering makes it take this long)."""
+
+TimeoutOption = Annotated[
+    str, typer.Option("--timeout", help="Bound on the whole command; also how long --wait waits.")
+]
+
+
+def pause(
+    ctx: typer.Context,
+    reason: Annotated[str, typer.Option("--reason", "-r", help="Why (1 to 500 printable characters).")],
+    by: Annotated[str | None, typer.Option("--by", help="Who (default: the OS user).")] = None,
+    for_: Annotated[
+        str | None, typer.Option("--for", help="Expected window, e.g. 30m; overdue after it.")
+    ] = None,
+    auto_resume: Annotated[
+        bool, typer.Option("--auto-resume", help="Resume by itself when the --for window ends.")
+    ] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="Block until every live replica is quiet.")] = False,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    json_out: JsonOption = False,
+    redis_url: UrlOption = None,
+    fleet: FleetOption = None,
+) -> None:
+    """Pause the fleet: every replica finishes the item in hand and takes no more."""
+    g: Globals = ctx.obj
+    reason = reason_option(reason)
+    window = duration_option(for_, "--for")
+    if auto_resume and window is None:
+        raise usage("--auto-resume needs --for (the window after which the fleet resumes)")
+    limit = duration_option(timeout, "--timeout") or 60.0
+    by_name = operator(by)
+    settings = g.settings(redis_url=redis_url, fleet=fleet)
+
+    span = None if window is None else timedelta(seconds=window)
+    progress = Progress(limit, GRACE_S)
+
+    async def act(fleet: Fleet) -> tuple[FleetState, WaitReport | None]:
+        progress.step = "change"
+        state = await fleet.pause(
+            reason, by=by_name, expected_for=span, auto_resume_after=span if auto_resume else None
+        )
+        progress.step, progress.state = "wait", state
+        report = await fleet.wait(state.version, timeout=progress.left()) if wait else None
+        return state, report
+
+    state, report = _run(settings, act, progress, json_out)
+    report_action(state, report, json_out)
+
+
+def resume(
+    ctx: typer.Context,
+    reason: Annotated[
+        str | None, typer.Option("--reason", "-r", help="Why, for the audit trail (optional).")
+    ] = None,
+    by: Annotated[str | None, typer.Option("--by", help="Who (default: the OS user).")] = None,
+    stagger: Annotated[
+        str | None, typer.Option("--stagger", help="Spread the replicas' resumes over this window.")
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Block until every live replica runs.")] = False,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT,
+    json_out: JsonOption = False,
+    redis_url: UrlOption = None,
+    fleet: FleetOption = None,
+) -> None:
+    """Resume the fleet: replicas continue with the queue untouched."""
+    g: Globals = ctx.obj
+    if reason is not None:
+        reason = reason_option(reason)
+    stagger_s = duration_option(stagger, "--stagger", maximum=MAX_STAGGER_S)
+    limit = duration_option(timeout, "--timeout") or 60.0
+    by_name = operator(by)
+    settings = g.settings(redis_url=redis_url, fleet=fleet)
+
+    spread = None if stagger_s is None else timedelta(seconds=stagger_s)
+    progress = Progress(limit, GRACE_S)
+
+    async def act(fleet: Fleet) -> tuple[FleetState, WaitReport | None, bool]:
+        was_paused = (await fleet.state()).paused
+        progress.step = "change"
+        state = await fleet.resume(by=by_name, stagger=spread, reason=reason)
+        progress.step, progress.state = "wait", state
+        report = await fleet.wait(state.version, timeout=progress.left()) if wait else None
+        return state, report, was_paused
+
+    state, report, was_paused = _run(settings, act, progress, json_out)
+    report_action(state, report, json_out, changed=was_paused)
+
+
+def _run(
+    settings: CoordinatorSettings,
+    act: Callable[[Fleet], Awaitable[T]],
+    progress: Progress,
+    json_out: bool,
+) -> T:
+    """``act`` within ``progress.deadline()``: past it, say what ``progress`` knows."""
+    try:
+        return run_with_fleet(settings, act, deadline=progress.deadline)
+    except DeadlineExceeded:
+        pass
+    limit = progress.limit
+    waited = f"no answer came within --timeout {format_age(limit)}"
+    if progress.step == "read":
+        raise unreachable(settings, waited) from None
+    if progress.step == "change" or progress.state is None:
+        raise outcome_unknown(settings, waited) from None
+    state = progress.state
+    if json_out:
+        emit_json(render.action_dict(state, None))
+    else:
+        console().print(render.action_line(state), highlight=False, markup=False)
+    raise CliError(
+        f"timed out after {format_age(limit)}: the change is made (version {state.version}) "
+        "but Redis did not answer while waiting for the replicas",
+        EXIT_TIMEOUT,
+    ) from None
+
+
+def report_action(
+    state: FleetState, report: WaitReport | None, json_out: bool, changed: bool = True
+) -> None:
+    """Print the change (and the wait's report); exit 3 when the wait ran out of time."""
+    if json_out:
+        emit_json(render.action_dict(state, report))
+    else:
+        out = console()
+        line = render.action_line(state) if changed else (
+            f"fleet {state.fleet} is not paused (version {state.version}): nothing to resume"
+        )
+        out.print(line, highlight=False, markup=False)
+        if report is not None:
+            out.print(render.wait_table(report))
+    if report is not None and not report.ok:
+        raise CliError(render.stragglers_line(report), EXIT_TIMEOUT)
+
+
+__all__ = ["pause", "report_action", "resume"]

@@ -1,0 +1,128 @@
+"""``fleetgate enqueue``: work items onto the fleet's work stream, from the arguments, a count of
+synthetic items, or a file of JSON lines.
+
+Only JSON goes in: ``NaN``, ``Infinity`` and numbers too large for a float (``1e999``) are not
+JSON, and a text nested too deep to parse is refused like any other bad line: exit 2, one line
+naming the line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Final, TextIO
+
+import typer
+
+from coordinator.cli.exits import usage
+from coordinator.cli.options import FleetOption, Globals, JsonOption, UrlOption
+from coordinator.cli.output import emit_json, plain
+from coordinator.cli.runner import run_with_fleet
+from coordinator.fleet.fleet import Fleet
+
+MAX_COUNT: Final = 1_000_000
+ENQUEUE_BATCH: Final = 1000
+
+
+class NotJson(ValueError):
+    """A text that is not JSON by the standard (RFC 8259), though Python's parser may take it."""
+
+
+def _constant(name: str) -> Any:
+    raise NotJson(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NotJson(f"{text} is too large for a number")
+    return value
+
+
+def parse_json(text: str) -> Any:
+    """``text`` as strict JSON. Raises ``ValueError`` (``NotJson`` for NaN, Infinity and
+    numbers out of range; ``json.JSONDecodeError``) or ``RecursionError`` (nested too deep)."""
+    return json.loads(text, parse_constant=_constant, parse_float=_finite)
+
+
+def item_argument(text: str) -> Any:
+    """An item given as an argument: JSON when it parses as JSON, else the string itself."""
+    try:
+        return parse_json(text)
+    except ValueError:
+        return text
+    except RecursionError:
+        raise usage(f"item {text[:20]!r}...: JSON nested too deep") from None
+
+
+def read_lines(stream: TextIO, name: str) -> Iterator[Any]:
+    """One JSON item per non-blank line; a bad line is a usage error naming it."""
+    for number, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield parse_json(line)
+        except ValueError as exc:
+            raise usage(f"{name} line {number}: not JSON: {plain(str(exc))}") from None
+        except RecursionError:
+            raise usage(f"{name} line {number}: not JSON: nested too deep") from None
+
+
+def enqueue(
+    ctx: typer.Context,
+    items: Annotated[
+        list[str] | None, typer.Argument(help="Items: JSON if they parse as JSON, else strings.")
+    ] = None,
+    count: Annotated[
+        int | None, typer.Option("--count", min=1, max=MAX_COUNT, help='N synthetic items {"id", "n"}.')
+    ] = None,
+    file: Annotated[
+        str | None, typer.Option("--file", help="One JSON item per line ('-' for stdin).")
+    ] = None,
+    json_out: JsonOption = False,
+    redis_url: UrlOption = None,
+    fleet: FleetOption = None,
+) -> None:
+    """Add work items to the fleet's work stream."""
+    g: Globals = ctx.obj
+    sources = sum(1 for s in (items, count, file) if s)
+    if sources != 1:
+        raise usage("give items as arguments, or --count N, or --file PATH (exactly one of them)")
+    payload: list[Any]
+    if items:
+        payload = [item_argument(i) for i in items]
+    elif count:
+        payload = [{"id": f"item-{n:06d}", "n": n} for n in range(1, count + 1)]
+    else:
+        assert file is not None
+        if file == "-":
+            payload = list(read_lines(sys.stdin, "stdin"))
+        else:
+            try:
+                with Path(file).open(encoding="utf-8") as stream:
+                    payload = list(read_lines(stream, file))
+            except (OSError, UnicodeDecodeError) as exc:
+                raise usage(f"cannot read {file}: {plain(str(exc))}") from None
+    settings = g.settings(redis_url=redis_url, fleet=fleet)
+
+    async def put(fleet: Fleet) -> list[str]:
+        ids: list[str] = []
+        for start in range(0, len(payload), ENQUEUE_BATCH):
+            ids.extend(await fleet.enqueue(payload[start : start + ENQUEUE_BATCH]))
+        return ids
+
+    try:
+        ids = run_with_fleet(settings, put) if payload else []
+    except (TypeError, ValueError, RecursionError) as exc:  # an item JSON cannot encode
+        raise usage(f"cannot enqueue: {plain(str(exc)) or type(exc).__name__}") from None
+    if json_out:
+        emit_json({"fleet": settings.fleet, "count": len(ids), "ids": ids})
+    else:
+        first_last = f" ({ids[0]} .. {ids[-1]})" if ids else ""
+        print(f"enqueued {len(ids)} items on fleet {settings.fleet}{first_last}")
+
+
+__all__ = ["ENQUEUE_BATCH", "MAX_COUNT", "enqueue", "parse_json"]

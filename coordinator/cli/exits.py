@@ -1,0 +1,57 @@
+"""The exit statuses of ``fleetgate`` and the error that carries one.
+
+    0  done
+    1  Redis cannot be reached (or an unexpected error)
+    2  bad usage or configuration
+    3  a --wait that timed out (the stragglers named on stderr)
+    5  the outcome of a change is unknown: it was sent and no answer came (read the state)
+
+Every failure is one line on stderr, never a traceback: a command raises ``CliError`` and the
+entry point (``coordinator.cli.app.main``) prints it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+EXIT_OK: Final = 0
+EXIT_UNREACHABLE: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_TIMEOUT: Final = 3
+EXIT_OUTCOME_UNKNOWN: Final = 5
+EXIT_INTERRUPTED: Final = 130
+
+EXIT_STATUSES: Final = {
+    EXIT_OK: "done",
+    EXIT_UNREACHABLE: "Redis cannot be reached (or an unexpected error)",
+    EXIT_USAGE: "bad usage or configuration",
+    EXIT_TIMEOUT: "a --wait ran out of --timeout",
+    EXIT_OUTCOME_UNKNOWN: "the outcome of a change is unknown",
+}
+"""What each status means (the README's table lists the same)."""
+
+
+class CliError(Exception):
+    """A failure the CLI reports as one line on stderr with its exit status."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def usage(message: str) -> CliError:
+    """A usage or configuration error (exit status 2)."""
+    return CliError(message, EXIT_USAGE)
+
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_OUTCOME_UNKNOWN",
+    "EXIT_STATUSES",
+    "EXIT_TIMEOUT",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "CliError",
+    "usage",
+]

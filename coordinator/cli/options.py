@@ -1,0 +1,109 @@
+"""What every command reads from its command line: the global options, the settings they make,
+and the checks of what an operator types (--reason, --by, durations).
+
+A bad value is a usage error: one line, exit status 2.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from dataclasses import dataclass
+from typing import Annotated, Any, Final
+
+import typer
+from pydantic import ValidationError
+
+from coordinator.cli.exits import usage
+from coordinator.cli.output import plain
+from coordinator.durations import InvalidDuration, parse_duration
+from coordinator.settings import CoordinatorSettings
+from replica.contract import check_by, check_reason
+
+OPTION_OF: Final = {"redis_url": "--redis-url", "fleet": "--fleet", "host": "--host", "port": "--port"}
+"""The command-line option of a setting (the others are FLEETGATE_* variables only)."""
+
+
+@dataclass
+class Globals:
+    """The global options (``fleetgate --redis-url URL --fleet NAME COMMAND``)."""
+
+    redis_url: str | None
+    fleet: str | None
+
+    def settings(self, **overrides: Any) -> CoordinatorSettings:
+        """The settings: environment, then the global options, then the command's own."""
+        values: dict[str, Any] = {}
+        if self.redis_url is not None:
+            values["redis_url"] = self.redis_url
+        if self.fleet is not None:
+            values["fleet"] = self.fleet
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return CoordinatorSettings(**values)
+        except ValidationError as exc:
+            raise usage(describe(exc)) from None
+
+
+def describe(exc: ValidationError) -> str:
+    """The first problem of the settings as one line naming the option (or the variable).
+    It never shows the value given: a URL's message holds it redacted already."""
+    first = exc.errors()[0]
+    loc = [str(p) for p in first.get("loc", ())]
+    field = loc[0] if loc else ""
+    where = OPTION_OF.get(field) or (f"FLEETGATE_{field.upper()}" if field else "settings")
+    message = plain(str(first.get("msg", "invalid"))).removeprefix("Value error, ")
+    return f"invalid {where}: {message}"
+
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (a stable, documented shape).")]
+# The global options are accepted after the command too (without the environment: the global
+# option reads it, and the command's own must not override an explicit global one with it).
+UrlOption = Annotated[str | None, typer.Option("--redis-url", help="Redis URL (as the global option).")]
+FleetOption = Annotated[str | None, typer.Option("--fleet", help="Fleet name (as the global option).")]
+
+
+def reason_option(value: str) -> str:
+    """A checked --reason (the contract's rule, as the library and the API apply it), or a
+    usage error (one line, exit 2)."""
+    try:
+        return check_reason(value)
+    except ValueError as exc:  # "reason must be ...": named as the option
+        raise usage(f"--{exc}") from None
+
+
+def duration_option(value: str | None, option: str, maximum: float | None = None) -> float | None:
+    """Seconds in a duration option (None when not given), or a usage error."""
+    if value is None:
+        return None
+    try:
+        if maximum is None:
+            return parse_duration(value, name=option)
+        return parse_duration(value, name=option, maximum=maximum)
+    except InvalidDuration as exc:
+        raise usage(str(exc)) from None
+
+
+def operator(by: str | None) -> str:
+    """--by, checked, or the OS user."""
+    if by is not None:
+        try:
+            return check_by(by)
+        except ValueError as exc:
+            raise usage(f"--{exc}") from None
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError, ImportError):
+        return f"uid-{os.getuid()}"
+
+
+__all__ = [
+    "FleetOption",
+    "Globals",
+    "JsonOption",
+    "UrlOption",
+    "describe",
+    "duration_option",
+    "operator",
+    "reason_option",
+]

@@ -1,0 +1,147 @@
+"""Running a command's Redis work: one client, one deadline, and every failure as an exit status.
+
+``run_with_fleet(settings, action, deadline=...)`` runs ``action(fleet)`` on a fresh client. The
+deadline bounds the whole action, whatever Redis does (a hung server included): past it the
+action is cancelled and ``DeadlineExceeded`` is raised, for the command to say what is known
+(a change command knows whether its change was sent, see ``Progress``). Failures become
+``CliError``s: Redis unreachable (1), a value the contract refuses (2), a change whose outcome
+is unknown (5, ``replica.errors.OutcomeUnknown``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Final, TypeVar
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from coordinator.cli.exits import EXIT_OUTCOME_UNKNOWN, EXIT_UNREACHABLE, CliError, usage
+from coordinator.cli.output import plain
+from coordinator.fleet.fleet import Fleet
+from coordinator.settings import CoordinatorSettings
+from replica.contract import FleetState
+from replica.contract.urls import redact_url
+from replica.control.redisio import bounded, cancel_bounded
+from replica.errors import ContractError, OutcomeUnknown
+
+T = TypeVar("T")
+
+CONNECT_TIMEOUT_S: Final = 5.0
+SOCKET_TIMEOUT_S: Final = 30.0
+CLOSE_TIMEOUT_S: Final = 1.0
+"""How long closing the client may take (a hung server must not hold the command)."""
+CANCEL_TIMEOUT_S: Final = 2.0
+"""How long an action cut off by its deadline may take to end."""
+
+
+class DeadlineExceeded(Exception):
+    """The action ran past the command's deadline and was cancelled."""
+
+
+@dataclass
+class Progress:
+    """How far a change command got, so a deadline that cuts it off can say what is known:
+    ``step`` is ``read`` (nothing sent yet), ``change`` (the change is on its way: its outcome
+    is unknown until it answers) or ``wait`` (the change is made: ``state``).
+
+    ``deadline()`` is ``limit`` seconds after the start, and ``grace`` more once the change is
+    made: a wait that runs out of time still reads who did not get there, and why."""
+
+    limit: float
+    grace: float = 0.0
+    step: str = "read"
+    state: FleetState | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    def left(self) -> float:
+        """Seconds left of ``limit`` (0 when none)."""
+        return max(0.0, self.started + self.limit - time.monotonic())
+
+    def deadline(self) -> float:
+        """When the command must end (``time.monotonic()``)."""
+        return self.started + self.limit + (self.grace if self.step == "wait" else 0.0)
+
+
+def outcome_unknown(settings: CoordinatorSettings, why: str) -> CliError:
+    """The one line (and exit 5) of a change that was sent and never answered."""
+    return CliError(
+        f"the outcome is unknown ({why}): the change was sent to Redis at "
+        f"{redact_url(settings.redis_url)} and may have been applied; check the state with "
+        "'fleetgate status' before trying again",
+        EXIT_OUTCOME_UNKNOWN,
+    )
+
+
+def unreachable(settings: CoordinatorSettings, why: str) -> CliError:
+    return CliError(f"cannot reach Redis at {redact_url(settings.redis_url)}: {why}", EXIT_UNREACHABLE)
+
+
+def run_with_fleet(
+    settings: CoordinatorSettings,
+    action: Callable[[Fleet], Awaitable[T]],
+    *,
+    deadline: Callable[[], float] | None = None,
+) -> T:
+    """Run ``action(fleet)`` on a fresh client, until ``deadline()`` (a ``time.monotonic()``
+    time, read again as it may move) when given; else Redis's socket timeouts bound each call.
+    Raises ``CliError`` or ``DeadlineExceeded``."""
+
+    async def go() -> T:
+        try:
+            redis = Redis.from_url(
+                settings.redis_url,
+                decode_responses=True,
+                socket_connect_timeout=CONNECT_TIMEOUT_S,
+                socket_timeout=SOCKET_TIMEOUT_S,
+            )
+        except ValueError as exc:
+            raise usage(f"invalid --redis-url {redact_url(settings.redis_url)}: {plain(str(exc))}") from None
+        try:
+            if deadline is None:
+                return await action(Fleet(redis, settings.fleet))
+            return await _until(action(Fleet(redis, settings.fleet)), deadline)
+        finally:
+            await asyncio.shield(bounded(redis.aclose(), CLOSE_TIMEOUT_S))
+
+    try:
+        return asyncio.run(go())
+    except OutcomeUnknown as exc:  # Fleet's: the change script was sent, no answer came
+        cause = exc.__cause__
+        why = (plain(str(cause)) or type(cause).__name__) if cause is not None else "no answer came"
+        raise outcome_unknown(settings, why) from None
+    except (RedisError, OSError, TimeoutError) as exc:
+        raise unreachable(settings, plain(str(exc)) or type(exc).__name__) from None
+    except ContractError as exc:
+        raise usage(str(exc)) from None
+
+
+async def _until(aw: Awaitable[T], deadline: Callable[[], float]) -> T:
+    """``aw``'s result, or ``DeadlineExceeded`` once ``deadline()`` passed and it is cancelled.
+
+    A task of its own and ``cancel_bounded``, not ``asyncio.timeout``: redis-py can swallow a
+    cancellation that lands inside a call, and a timeout built on one would be lost with it."""
+    task = asyncio.ensure_future(aw)
+    try:
+        while (left := deadline() - time.monotonic()) > 0:
+            done, _ = await asyncio.wait({task}, timeout=left)
+            if done:
+                return task.result()
+    finally:
+        if not task.done():
+            await cancel_bounded(task, CANCEL_TIMEOUT_S)
+    if task.done() and not task.cancelled() and task.exception() is None:
+        return task.result()  # it answered while being cancelled
+    raise DeadlineExceeded
+
+
+__all__ = [
+    "DeadlineExceeded",
+    "Progress",
+    "outcome_unknown",
+    "run_with_fleet",
+    "unreachable",
+]
