@@ -52,6 +52,11 @@ class Keys:
         return f"{self.prefix}:dead"
 
     @property
+    def runs(self) -> str:
+        """Hash: work entry id -> runs of the handler started for it (deleted with its XACK)."""
+        return f"{self.prefix}:runs"
+
+    @property
     def demo_done(self) -> str:
         return f"{self.prefix}:demo:done"
 
