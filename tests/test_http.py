@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, settings
 from replica.pool.pool import PausablePool
 from replica.service.http import create_app
 from replica.service.settings import ReplicaSettings
+from replica.service.source import SourceStats
 
 TOKEN = "s3cret-token-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -97,6 +99,29 @@ async def test_readiness_may_pass_during_a_fleet_pause_but_not_an_operator_one(
         pool.hold("breaker open", "breaker")
         r = await client.get("/readyz")
         assert r.status_code == 503 and r.json()["reason"] == "breaker: breaker open"
+
+
+class StoppedSource:
+    """A work source whose reader stopped on its own (the real one is tested with Redis in
+    tests/test_source.py and tests/test_service.py)."""
+
+    def stats(self) -> SourceStats:
+        numbers = {f.name: 0 for f in dataclasses.fields(SourceStats) if f.type == "int"}
+        return SourceStats(**numbers, group_ready=True, stopped="RuntimeError('boom')")
+
+
+async def test_readiness_fails_while_the_work_source_is_stopped(pool: PausablePool) -> None:
+    app = create_app(pool, make_settings(ready_when_fleet_paused=True), source=StoppedSource())
+    async with client_for(app) as client:
+        r = await client.get("/readyz")
+        assert r.status_code == 503
+        assert r.json()["reason"] == "work source stopped: RuntimeError('boom')"
+        pool.hold("deploy window", "fleet")
+        pool.hold("investigating", "operator")
+        r = await client.get("/readyz")
+        assert r.json()["reason"] == (
+            "work source stopped: RuntimeError('boom'); operator: investigating"
+        )
 
 
 async def test_pool_state_shows_holds_counts_and_the_control_plane(pool: PausablePool) -> None:

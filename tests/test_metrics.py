@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,7 +17,7 @@ from replica.control.controller import FleetController
 from replica.pool.pool import PausablePool
 from replica.service.metrics import ReplicaMetrics
 from replica.service.settings import ReplicaSettings
-from replica.service.source import StreamSource
+from replica.service.source import SourceStats, StreamSource
 
 
 def samples(metrics: ReplicaMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -77,7 +78,7 @@ async def test_items_by_outcome_come_from_the_pool_without_a_source(pool: Pausab
         await pool.put(i)
     await pool.join(5)
     assert value(metrics, "fleetgate_items_total", outcome="done") == 4
-    for outcome in ("failed", "timed_out", "dead_lettered"):
+    for outcome in ("failed", "timed_out", "dead_lettered", "malformed"):
         assert value(metrics, "fleetgate_items_total", outcome=outcome) == 0
 
 
@@ -87,6 +88,7 @@ async def test_items_by_outcome_come_from_the_stream_source(
     keys = Keys(fleet_name)
     for i in range(3):
         await redis.xadd(keys.work, {ITEM_FIELD: json.dumps({"id": i, "fail": i == 0})})
+    await redis.xadd(keys.work, {ITEM_FIELD: "{not json"})
     dead = asyncio.Event()
 
     async def handler(item: Any) -> None:
@@ -94,8 +96,9 @@ async def test_items_by_outcome_come_from_the_stream_source(
             raise ValueError("poison")
 
     settings = ReplicaSettings(redis_url=redis_url, fleet=fleet_name, replica_id="m1",
-                               insecure_no_auth=True, max_retries=1)
-    source = StreamSource(redis, settings, handler)
+                               insecure_no_auth=True, max_retries=1, retry_backoff=0.01)
+    client = aioredis.Redis.from_url(redis_url)
+    source = StreamSource(client, settings, handler)
     metrics = ReplicaMetrics(source.pool, source=source)
     await source.pool.start()
     await source.start()
@@ -107,9 +110,25 @@ async def test_items_by_outcome_come_from_the_stream_source(
                     dead.set()
                 await asyncio.sleep(0.02)
         assert value(metrics, "fleetgate_items_total", outcome="failed") == 2
+        assert value(metrics, "fleetgate_items_total", outcome="malformed") == 1
         assert value(metrics, "fleetgate_source_held") == 0
+        assert value(metrics, "fleetgate_source_awaiting_retry") == 0
+        assert value(metrics, "fleetgate_source_reading") == 1
     finally:
         await source.stop(timeout=5)
+        await client.aclose()
+
+
+async def test_a_work_source_that_stopped_reading_shows_as_not_reading(
+    pool: PausablePool,
+) -> None:
+    class StoppedSource:
+        def stats(self) -> SourceStats:
+            numbers = {f.name: 0 for f in dataclasses.fields(SourceStats) if f.type == "int"}
+            return SourceStats(**numbers, group_ready=True, stopped="RuntimeError('boom')")
+
+    metrics = ReplicaMetrics(pool, source=StoppedSource())
+    assert value(metrics, "fleetgate_source_reading") == 0
 
 
 async def test_control_gauges_and_the_propagation_histogram_follow_the_controller(

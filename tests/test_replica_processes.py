@@ -196,6 +196,37 @@ async def test_a_dependency_outage_pauses_the_pools_and_dead_letters_nothing(
 
 
 @pytest.mark.slow
+async def test_malformed_entries_stop_no_replica_and_go_to_the_dead_letter_stream_whole(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str, tmp_path: Path
+) -> None:
+    """Issue 11, A.1: bytes that are not UTF-8 and JSON nested 1,000 deep, among good items."""
+    keys = Keys(fleet_name)
+    poison = [b'"\xff\xfe"', b"[" * 1000 + b"]" * 1000]
+    env = base_env(redis_url, fleet_name, workers=4, demo_item_seconds=0.01, claim_idle=2)
+    raw = aioredis.Redis.from_url(redis_url)
+    try:
+        async with replica_processes(2, env, tmp_path) as procs, \
+                httpx.AsyncClient(timeout=10) as http:
+            for item in poison:
+                await raw.xadd(keys.work, {"item": item})
+            expected = await enqueue(redis, fleet_name, 20)
+            await wait_done(redis, fleet_name, 20, timeout=60.0)
+            async with asyncio.timeout(30):
+                while await redis.xlen(keys.dead) < 2:  # noqa: ASYNC110 - other processes write
+                    await asyncio.sleep(0.05)
+            for rp in procs:
+                assert (await http.get(rp.url + "/healthz")).status_code == 200, rp.log()
+                assert (await http.get(rp.url + "/readyz")).status_code == 200, rp.log()
+            counts = await done_counts(redis, fleet_name)
+            letters = [fields for _, fields in await raw.xrange(keys.dead)]
+    finally:
+        await raw.aclose()
+    assert sorted(counts) == expected, logs(procs)
+    assert sorted(letter[b"item"] for letter in letters) == sorted(poison)
+    assert all(letter[b"error"].startswith(b"malformed entry: ") for letter in letters)
+
+
+@pytest.mark.slow
 async def test_admin_routes_of_a_live_replica_answer_401_or_422_never_500(
     redis_url: str, fleet_name: str, tmp_path: Path
 ) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio as aioredis
+from rich.console import Console
 
 from replica.contract import ITEM_FIELD, WORK_GROUP, Keys
 from replica.errors import ConfigError
@@ -154,6 +155,73 @@ def test_a_port_in_use_is_a_configuration_error() -> None:
         port = taken.getsockname()[1]
         with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
             bind_socket("127.0.0.1", port)
+
+
+async def test_an_outage_with_one_worker_dead_letters_nothing_before_the_breaker_opens(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11, B.5: replica.demo:flaky, the dependency down, FLEETGATE_WORKERS=1."""
+    from replica.service.breaker import AsyncCircuitBreaker
+    from replica.service.settings import load_breaker_settings
+
+    monkeypatch.setenv("FLEETGATE_BREAKER_CHECK_INTERVAL", "0.05")
+    breaker = AsyncCircuitBreaker(fail_max=5, reset_timeout=0.5, name="demo-dependency")
+    monkeypatch.setattr(load_handler("replica.demo:flaky").func, "breaker", breaker)
+    handler = load_handler("replica.demo:flaky")
+    keys = Keys(fleet_name)
+    dependency = f"{keys.prefix}:demo:dependency"
+    await redis.hset(dependency, "down", "1")
+    await enqueue(redis, fleet_name, [{"id": f"i{i}"} for i in range(10)])
+    settings = settings_for(redis_url, fleet_name, workers=1, demo_item_seconds=0)
+    service = ReplicaService(settings, handler, breaker_settings=load_breaker_settings())
+    await service.start()
+    try:
+        await until(lambda: _true(breaker.opened_count >= 1))
+        assert await redis.xlen(keys.dead) == 0
+        await redis.hset(dependency, "down", "0")
+        await until(lambda: _count(redis.hlen(keys.demo_done), 10), timeout=60)
+    finally:
+        await service.stop()
+    assert await redis.xlen(keys.dead) == 0
+
+
+async def _count(aw: Any, n: int) -> bool:
+    return bool(await aw == n)
+
+
+async def test_a_stopped_work_source_makes_the_replica_unready_and_shows_in_status(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coordinator.fleet.fleet import Fleet
+    from coordinator.render import replica_table
+
+    handler = LoadedHandler(ref="tests:recording_handler", func=recording_handler)
+    service = ReplicaService(settings_for(redis_url, fleet_name), handler)
+
+    async def broken(*args: Any) -> int:  # stands in for a defect of the reader itself
+        raise RuntimeError("a bug in the reader")
+
+    monkeypatch.setattr(service.source.reader, "_claim", broken)
+    await service.start()
+    try:
+        base = f"http://127.0.0.1:{service.port}"
+        async with httpx.AsyncClient(timeout=5) as http:
+            async def unready() -> bool:
+                return (await http.get(base + "/readyz")).status_code == 503
+
+            await until(unready)
+            body = (await http.get(base + "/readyz")).json()
+            assert body["reason"] == "work source stopped: RuntimeError('a bug in the reader')"
+        record = Keys(fleet_name).replica("svc-1")
+        await until(lambda: _field(redis, record, "source",
+                                   "stopped: RuntimeError('a bug in the reader')"))
+        [info] = await Fleet(redis, fleet_name).replicas()
+        state = await Fleet(redis, fleet_name).state()
+        console = Console(width=200, record=True)
+        console.print(replica_table(state, [info], info.heartbeat_at or state.changed_at))
+        assert "source stopped" in console.export_text()
+    finally:
+        await service.stop()
 
 
 async def test_liveness_fails_naming_the_pool_worker_that_is_gone(

@@ -37,6 +37,8 @@ def test_the_defaults_are_the_documented_ones(monkeypatch: pytest.MonkeyPatch) -
     assert s.heartbeat_interval == heartbeat
     assert s.ready_when_fleet_paused is False and s.insecure_no_auth is False
     assert (s.max_retries, s.claim_idle, s.demo_item_seconds) == (3, 30.0, 0.05)
+    assert (s.retry_backoff, s.retry_backoff_max) == (1.0, 60.0)
+    assert s.runs_key == "fleetgate:{default}:runs"
     assert s.work_stream == "fleetgate:{default}:work"
     assert s.dead_stream == "fleetgate:{default}:dead"
     assert s.log_level == "INFO"
@@ -59,6 +61,8 @@ def test_environment_variables_set_every_value(monkeypatch: pytest.MonkeyPatch) 
         "ADMIN_TOKEN": "secret",
         "READY_WHEN_FLEET_PAUSED": "true",
         "MAX_RETRIES": "5",
+        "RETRY_BACKOFF": "0.5",
+        "RETRY_BACKOFF_MAX": "20",
         "CLAIM_IDLE": "60",
         "STREAM": "jobs",
         "DEAD_LETTER_STREAM": "jobs-dead",
@@ -71,6 +75,7 @@ def test_environment_variables_set_every_value(monkeypatch: pytest.MonkeyPatch) 
     assert s.fleet == "orders" and s.replica_id == "orders-7d9f-abcde" and s.port == 9000
     assert s.capacity == 16 and s.item_timeout == 2.5 and s.ready_when_fleet_paused is True
     assert s.work_stream == "jobs" and s.dead_stream == "jobs-dead" and s.log_level == "DEBUG"
+    assert (s.max_retries, s.retry_backoff, s.retry_backoff_max) == (5, 0.5, 20.0)
     assert s.token() == "secret" and "secret" not in repr(s)
 
 
@@ -92,6 +97,9 @@ def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
         ({"pause_timeout": "-1"}, "FLEETGATE_PAUSE_TIMEOUT"),
         ({"item_timeout": "0"}, "FLEETGATE_ITEM_TIMEOUT"),
         ({"max_retries": "-1"}, "FLEETGATE_MAX_RETRIES"),
+        ({"retry_backoff": "-0.5"}, "FLEETGATE_RETRY_BACKOFF"),
+        ({"retry_backoff": "nan"}, "FLEETGATE_RETRY_BACKOFF"),
+        ({"retry_backoff_max": "0"}, "FLEETGATE_RETRY_BACKOFF_MAX"),
         ({"log_level": "loud"}, "FLEETGATE_LOG_LEVEL: must be one of"),
         ({"stream": "has space"}, "FLEETGATE_STREAM"),
     ],

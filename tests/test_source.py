@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -65,15 +66,21 @@ class Recorder:
 
 @asynccontextmanager
 async def running(
-    redis: aioredis.Redis, settings: ReplicaSettings, handler: Handler, **kw: Any
+    settings: ReplicaSettings, handler: Handler, *, decode: bool = True, **kw: Any
 ) -> AsyncIterator[StreamSource]:
-    source = StreamSource(redis, settings, handler, **kw)
+    """A started source on a client of its own (decoding replies unless told not to), stopped
+    and closed after."""
+    client = aioredis.Redis.from_url(settings.redis_url, decode_responses=decode)
+    source = StreamSource(client, settings, handler, **kw)
     await source.pool.start()
     await source.start()
     try:
         yield source
     finally:
-        await source.stop(timeout=5.0)
+        try:
+            await source.stop(timeout=5.0)
+        finally:
+            await client.aclose()
 
 
 async def until(cond: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
@@ -90,7 +97,7 @@ async def test_every_item_in_the_stream_is_handled_and_acknowledged(
 ) -> None:
     await enqueue(redis, fleet_name, 30)
     rec = Recorder()
-    async with running(redis, make_settings(redis_url, fleet_name, workers=3), rec) as source:
+    async with running(make_settings(redis_url, fleet_name, workers=3), rec) as source:
         await rec.wait(lambda: len(rec.done) == 30)
         await until(lambda: _zero(pending_count(redis, fleet_name)))
         assert source.stats().done == 30
@@ -131,7 +138,7 @@ async def test_prefetch_is_bounded_by_the_queue_size(
     gate = asyncio.Event()
     rec = Recorder(gate)
     settings = make_settings(redis_url, fleet_name, workers=2, queue_size=3)
-    async with running(redis, settings, rec) as source:
+    async with running(settings, rec) as source:
         await rec.wait(lambda: len(rec.started) == 2)
         await until(lambda: _equals(pending_count(redis, fleet_name), 3))
         assert source.held == 3
@@ -158,7 +165,8 @@ async def test_a_failed_item_is_retried_and_then_acknowledged(
         if len(attempts) == 3 and attempts["i1"] == 3:
             done.set()
 
-    async with running(redis, make_settings(redis_url, fleet_name, max_retries=3), handler) as s:
+    settings = make_settings(redis_url, fleet_name, max_retries=3, retry_backoff=0.01)
+    async with running(settings, handler) as s:
         await asyncio.wait_for(done.wait(), 15)
         await until(lambda: _zero(pending_count(redis, fleet_name)))
         stats = s.stats()
@@ -177,8 +185,8 @@ async def test_an_item_that_keeps_failing_is_dead_lettered_with_its_error(
         attempts += 1
         raise ValueError(f"bad item {item['id']}")
 
-    settings = make_settings(redis_url, fleet_name, max_retries=2)
-    async with running(redis, settings, handler) as source:
+    settings = make_settings(redis_url, fleet_name, max_retries=2, retry_backoff=0.01)
+    async with running(settings, handler) as source:
         await until(lambda: _equals(redis.xlen(Keys(fleet_name).dead), 1))
         assert source.stats().dead_lettered == 1
     assert attempts == 3  # the first attempt and two retries
@@ -187,7 +195,7 @@ async def test_an_item_that_keeps_failing_is_dead_lettered_with_its_error(
     assert fields["entry"] == entry
     assert json.loads(fields[ITEM_FIELD]) == {"id": "i0"}
     assert fields["error"] == "ValueError: bad item i0"
-    assert fields["deliveries"] == "3" and fields["replica"] == "r1"
+    assert fields["runs"] == "3" and fields["replica"] == "r1"
 
 
 async def test_malformed_entries_are_dead_lettered_and_counted(
@@ -198,7 +206,7 @@ async def test_malformed_entries_are_dead_lettered_and_counted(
     await redis.xadd(keys.work, {ITEM_FIELD: "{not json"})
     await enqueue(redis, fleet_name, 1)
     rec = Recorder()
-    async with running(redis, make_settings(redis_url, fleet_name), rec) as source:
+    async with running(make_settings(redis_url, fleet_name), rec) as source:
         await rec.wait(lambda: rec.done == ["i0"])
         await until(lambda: _equals(redis.xlen(keys.dead), 2))
         assert source.stats().malformed == 2
@@ -219,7 +227,7 @@ async def test_items_a_crashed_replica_held_are_claimed_after_the_idle_time(
     assert await pending_count(redis, fleet_name, "dead-replica") == 5
     rec = Recorder()
     settings = make_settings(redis_url, fleet_name, claim_idle=0.2)
-    async with running(redis, settings, rec) as source:
+    async with running(settings, rec) as source:
         await rec.wait(lambda: len(rec.done) == 5)
         await until(lambda: _zero(pending_count(redis, fleet_name)))
         assert source.stats().claimed == 5
@@ -227,7 +235,8 @@ async def test_items_a_crashed_replica_held_are_claimed_after_the_idle_time(
 
 
 async def _stopped_with_two_done_and_four_unstarted(
-    redis: aioredis.Redis, redis_url: str, fleet_name: str, claim_idle: float
+    redis: aioredis.Redis, redis_url: str, fleet_name: str,
+    claim_idle: float,
 ) -> tuple[StreamSource, Recorder]:
     """A replica "first" that took all six items, ran two, and was stopped meanwhile."""
     await enqueue(redis, fleet_name, 6)
@@ -257,7 +266,7 @@ async def test_stop_leaves_unstarted_items_pending_for_another_replica(
     # The four unstarted ones are still pending under the stopped replica, not acknowledged.
     assert await pending_count(redis, fleet_name, "first") == 4
     second = Recorder()
-    async with running(redis, make_settings(redis_url, fleet_name, "second", claim_idle=0.3),
+    async with running(make_settings(redis_url, fleet_name, "second", claim_idle=0.3),
                        second):
         await second.wait(lambda: len(second.done) == 4)
         await until(lambda: _zero(pending_count(redis, fleet_name)))
@@ -277,7 +286,7 @@ async def test_what_a_stopping_replica_leaves_is_claimed_at_once_not_after_the_i
     assert len(rows) == 4 and all(r["time_since_delivered"] >= long_idle * 1000 for r in rows)
     second = Recorder()
     settings = make_settings(redis_url, fleet_name, "second", claim_idle=long_idle)
-    async with running(redis, settings, second) as peer:
+    async with running(settings, second) as peer:
         await second.wait(lambda: len(second.done) == 4, timeout=15.0)
         assert peer.stats().claimed == 4
     assert sorted(first.done + second.done) == [f"i{i}" for i in range(6)]
@@ -290,25 +299,24 @@ async def test_an_item_done_whose_ack_is_slow_is_not_claimed_and_run_again(
     claim_idle; the replica's own claim sweep must not run it a second time."""
     await enqueue(redis, fleet_name, 1)
     rec = Recorder()
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    xack = client.xack
     acked = asyncio.Event()
+    source = StreamSource(redis, make_settings(redis_url, fleet_name, claim_idle=0.2), rec)
+    send_acks = source.ledger.send_acks
 
-    async def slow_xack(*args: Any) -> Any:
+    async def slow_send_acks(ids: Any) -> None:
         await asyncio.sleep(2.5)  # > claim_idle and > one read's BLOCK: sweeps run meanwhile
-        result = await xack(*args)
+        await send_acks(ids)
         acked.set()
-        return result
 
-    client.xack = slow_xack  # type: ignore[method-assign]
+    source.ledger.send_acks = slow_send_acks  # type: ignore[method-assign]
+    await source.pool.start()
+    await source.start()
     try:
-        settings = make_settings(redis_url, fleet_name, claim_idle=0.2)
-        async with running(client, settings, rec):
-            await asyncio.wait_for(acked.wait(), 10)
-        assert rec.done == ["i0"]
-        assert await pending_count(redis, fleet_name) == 0
+        await asyncio.wait_for(acked.wait(), 10)
     finally:
-        await client.aclose()
+        await source.stop(timeout=5.0)
+    assert rec.done == ["i0"]
+    assert await pending_count(redis, fleet_name) == 0
 
 
 async def test_a_replica_restarted_under_its_id_takes_its_own_pending_items_first(
@@ -319,7 +327,7 @@ async def test_a_replica_restarted_under_its_id_takes_its_own_pending_items_firs
     await enqueue(redis, fleet_name, 3)
     await redis.xreadgroup(WORK_GROUP, "r1", {keys.work: ">"}, count=3)
     rec = Recorder()
-    async with running(redis, make_settings(redis_url, fleet_name, "r1"), rec) as source:
+    async with running(make_settings(redis_url, fleet_name, "r1"), rec) as source:
         await rec.wait(lambda: len(rec.done) == 3)
         assert source.stats().recovered == 3
         await until(lambda: _zero(pending_count(redis, fleet_name)))
@@ -348,7 +356,7 @@ async def test_failures_while_the_breaker_is_open_are_not_counted_against_the_it
                 await changed.wait()
 
     settings = make_settings(redis_url, fleet_name, max_retries=0, workers=2)
-    async with running(redis, settings, handler, breaker=breaker,
+    async with running(settings, handler, breaker=breaker,
                        breaker_check_interval=0.05) as source:
         await wait(lambda: source.stats().outage_retries >= 6)
         healthy.set()
@@ -368,10 +376,10 @@ async def test_a_held_item_keeps_its_lease_beyond_the_claim_idle_time(
     other = Recorder()
     # claim_idle 1 s: renewals every third of it leave room for a stall of a loaded machine
     a = make_settings(redis_url, fleet_name, "a", workers=2, claim_idle=1.0)
-    async with running(redis, a, slow) as first:
+    async with running(a, slow) as first:
         await slow.wait(lambda: len(slow.started) == 2)
         b = make_settings(redis_url, fleet_name, "b", claim_idle=1.0)
-        async with running(redis, b, other) as second:
+        async with running(b, other) as second:
             await asyncio.sleep(3.0)  # three claim idle times: the leases must hold
             assert other.started == [] and second.stats().claimed == 0
             gate.set()
@@ -392,8 +400,8 @@ async def test_an_item_past_its_timeout_counts_as_timed_out_and_is_retried(
         if calls == 1:
             await asyncio.sleep(30)
 
-    settings = make_settings(redis_url, fleet_name, item_timeout=0.2)
-    async with running(redis, settings, handler) as source:
+    settings = make_settings(redis_url, fleet_name, item_timeout=0.2, retry_backoff=0.01)
+    async with running(settings, handler) as source:
         await until(lambda: _true(source.stats().done == 1))
         await until(lambda: _zero(pending_count(redis, fleet_name)))
         stats = source.stats()
@@ -401,8 +409,303 @@ async def test_an_item_past_its_timeout_counts_as_timed_out_and_is_retried(
         assert source.pool.stats().timed_out == 1
 
 
-@pytest.mark.parametrize("reply", [None, [], {}])
-def test_an_empty_read_reply_has_no_entries(reply: Any) -> None:
-    from replica.service.source import _entries
+# ---------------------------------------------------------------------------- entries the
+# source cannot decode or parse (issue 11, A.1)
 
-    assert _entries(reply) == []
+NOT_UTF8 = b'"\xff\xfe"'
+DEEP = b"[" * 1000 + b"]" * 1000  # past the JSON parser's recursion limit
+
+
+async def dead_letters(redis_url: str, fleet: str) -> dict[str, dict[bytes, bytes]]:
+    """The dead-letter stream as raw bytes, by the work entry each letter names."""
+    raw = aioredis.Redis.from_url(redis_url)
+    try:
+        return {f[b"entry"].decode(): f for _, f in await raw.xrange(Keys(fleet).dead)}
+    finally:
+        await raw.aclose()
+
+
+async def xadd_raw(redis_url: str, fleet: str, fields: dict[str, bytes]) -> str:
+    raw = aioredis.Redis.from_url(redis_url)
+    try:
+        return (await raw.xadd(Keys(fleet).work, fields)).decode()  # type: ignore[arg-type]
+    finally:
+        await raw.aclose()
+
+
+@pytest.mark.parametrize("decode", [True, False], ids=["decoding client", "bytes client"])
+async def test_entries_that_cannot_be_decoded_are_dead_lettered_whole_and_the_good_ones_run(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str, decode: bool
+) -> None:
+    not_utf8 = await xadd_raw(redis_url, fleet_name, {ITEM_FIELD: NOT_UTF8})
+    await enqueue(redis, fleet_name, 3)  # read in the same batch as the entry before them
+    deep = await xadd_raw(redis_url, fleet_name, {ITEM_FIELD: DEEP, "trace": b"t" * 3000})
+    no_item = await xadd_raw(redis_url, fleet_name, {"other": b"\xff" * 2500})
+    rec = Recorder()
+    settings = make_settings(redis_url, fleet_name, workers=4)
+    async with running(settings, rec, decode=decode) as source:
+        await rec.wait(lambda: len(rec.done) == 3)
+        await until(lambda: _equals(redis.xlen(Keys(fleet_name).dead), 3))
+        await until(lambda: _zero(pending_count(redis, fleet_name)))
+        assert source.stats().malformed == 3
+        assert source.reader_task is not None and not source.reader_task.done()
+    dead = await dead_letters(redis_url, fleet_name)
+    assert dead[not_utf8][ITEM_FIELD.encode()] == NOT_UTF8
+    assert dead[not_utf8][b"error"].startswith(b"malformed entry: item is not UTF-8")
+    assert dead[deep][ITEM_FIELD.encode()] == DEEP  # whole, not cut to 2,000 characters
+    assert dead[deep][b"field:trace"] == b"t" * 3000
+    assert dead[deep][b"error"].startswith(b"malformed entry: item is not JSON")
+    assert dead[no_item][b"field:other"] == b"\xff" * 2500
+    assert dead[no_item][b"error"] == b"malformed entry: no 'item' field"
+    assert {d[b"runs"] for d in dead.values()} == {b"0"}
+
+
+async def test_a_poison_entry_a_dead_replica_left_pending_is_dead_lettered_by_the_claimer(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str
+) -> None:
+    keys = Keys(fleet_name)
+    await redis.xgroup_create(keys.work, WORK_GROUP, id="0", mkstream=True)
+    poison = await xadd_raw(redis_url, fleet_name, {ITEM_FIELD: NOT_UTF8})
+    await enqueue(redis, fleet_name, 2)
+    raw = aioredis.Redis.from_url(redis_url)
+    try:  # a replica that read them and died (it could not decode them either)
+        await raw.xreadgroup(WORK_GROUP, "dead-replica", {keys.work: ">"}, count=3)
+    finally:
+        await raw.aclose()
+    await enqueue(redis, fleet_name, 5, start=2)
+    rec = Recorder()
+    settings = make_settings(redis_url, fleet_name, claim_idle=0.2)
+    async with running(settings, rec):
+        await rec.wait(lambda: len(rec.done) == 7)
+        await until(lambda: _zero(pending_count(redis, fleet_name)))
+    assert list(await dead_letters(redis_url, fleet_name)) == [poison]
+
+
+async def test_a_replica_restarted_with_a_poison_entry_of_its_own_pending_dead_letters_it(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str
+) -> None:
+    keys = Keys(fleet_name)
+    await redis.xgroup_create(keys.work, WORK_GROUP, id="0", mkstream=True)
+    poison = await xadd_raw(redis_url, fleet_name, {ITEM_FIELD: DEEP})
+    await enqueue(redis, fleet_name, 2)
+    await redis.xreadgroup(WORK_GROUP, "r1", {keys.work: ">"}, count=3)
+    rec = Recorder()
+    async with running(make_settings(redis_url, fleet_name, "r1"), rec):
+        await rec.wait(lambda: len(rec.done) == 2)
+        await until(lambda: _zero(pending_count(redis, fleet_name)))
+    assert list(await dead_letters(redis_url, fleet_name)) == [poison]
+
+
+# ---------------------------------------------------------------------------- runs, not
+# deliveries (issue 11, B.4)
+
+
+async def test_hand_offs_between_replicas_do_not_count_as_runs(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str
+) -> None:
+    keys = Keys(fleet_name)
+    await redis.xgroup_create(keys.work, WORK_GROUP, id="0", mkstream=True)
+    (entry,) = await enqueue(redis, fleet_name, 1)
+    # A rolling restart: three replicas held it in turn, none of them ran it.
+    await redis.xreadgroup(WORK_GROUP, "old-1", {keys.work: ">"}, count=1)
+    await redis.xclaim(keys.work, WORK_GROUP, "old-2", 0, [entry])
+    await redis.xclaim(keys.work, WORK_GROUP, "old-3", 0, [entry])
+    runs: list[str] = []
+
+    async def handler(item: Any) -> None:
+        runs.append(item["id"])
+        if len(runs) == 1:
+            raise RuntimeError("transient")
+
+    settings = make_settings(redis_url, fleet_name, max_retries=1, claim_idle=0.2,
+                             retry_backoff=0.01)
+    async with running(settings, handler) as source:
+        await until(lambda: _true(source.stats().done == 1))
+        await until(lambda: _zero(pending_count(redis, fleet_name)))
+    assert runs == ["i0", "i0"]  # its first run failed, its one retry succeeded
+    assert await redis.xlen(keys.dead) == 0
+    assert not await redis.hexists(f"{keys.prefix}:runs", entry)  # deleted with the XACK
+
+
+async def test_runs_other_replicas_started_count_and_the_dead_letter_says_how_many_failed(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str
+) -> None:
+    keys = Keys(fleet_name)
+    (entry,) = await enqueue(redis, fleet_name, 1)
+    # Three replicas ran it and died during the run (a poison that kills its process).
+    await redis.hset(f"{keys.prefix}:runs", entry, 3)
+    runs = 0
+
+    async def handler(item: Any) -> None:
+        nonlocal runs
+        runs += 1
+        raise ValueError("still poison")
+
+    settings = make_settings(redis_url, fleet_name, max_retries=3, retry_backoff=0.01)
+    async with running(settings, handler):
+        await until(lambda: _equals(redis.xlen(keys.dead), 1))
+    assert runs == 1  # the fourth run was its last
+    [(_, fields)] = await redis.xrange(keys.dead)
+    assert fields["runs"] == "4" and fields["entry"] == entry
+    assert not await redis.hexists(f"{keys.prefix}:runs", entry)
+
+
+# ---------------------------------------------------------------------------- retries back
+# off (issue 11, B.5)
+
+
+async def test_retries_back_off_exponentially_with_jitter(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str
+) -> None:
+    await enqueue(redis, fleet_name, 1)
+    times: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def handler(item: Any) -> None:
+        times.append(loop.time())
+        raise RuntimeError("down")
+
+    settings = make_settings(redis_url, fleet_name, max_retries=3, retry_backoff=0.2)
+    async with running(settings, handler):
+        await until(lambda: _equals(redis.xlen(Keys(fleet_name).dead), 1))
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert len(gaps) == 3
+    # Equal jitter: each wait is between half and all of 0.2 s, 0.4 s, 0.8 s (only the lower
+    # bounds are checked: a loaded machine may be late, never early).
+    assert [g >= 0.2 * 2**k / 2 for k, g in enumerate(gaps)] == [True, True, True], gaps
+
+
+async def test_a_retry_waiting_out_its_backoff_is_not_in_flight_and_does_not_block_a_pause(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str
+) -> None:
+    await enqueue(redis, fleet_name, 1)
+    never = asyncio.Event()
+    runs = 0
+
+    async def handler(item: Any) -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            raise RuntimeError("transient")
+        await never.wait()  # a second run would still be in flight at the pause
+
+    settings = make_settings(redis_url, fleet_name, retry_backoff=600)
+    async with running(settings, handler) as source:
+        await until(lambda: _true(source.stats().awaiting_retry == 1))
+        await source.pool.pause("maintenance", source="operator", timeout=10.0)
+        assert source.pool.in_flight == 0 and runs == 1
+        assert await pending_count(redis, fleet_name, "r1") == 1  # still this replica's
+    assert await pending_count(redis, fleet_name) == 1  # left pending at the stop: not lost
+
+
+async def test_a_retry_that_falls_due_during_a_pause_runs_after_the_resume(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str
+) -> None:
+    await enqueue(redis, fleet_name, 1)
+    holder: list[StreamSource] = []
+    runs = 0
+
+    async def handler(item: Any) -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            holder[0].pool.hold("maintenance", "operator")  # paused before it falls due
+            raise RuntimeError("transient")
+
+    settings = make_settings(redis_url, fleet_name, retry_backoff=0.05)
+    async with running(settings, handler) as source:
+        holder.append(source)
+        await until(lambda: _true(source.stats().retries_due == 1))
+        assert runs == 1 and source.pool.in_flight == 0
+        source.pool.resume("operator")
+        await until(lambda: _true(source.stats().done == 1))
+    assert runs == 2
+
+
+# ---------------------------------------------------------------------------- trimming
+# (issue 11, B.6)
+
+
+async def test_acknowledged_entries_are_trimmed_from_the_work_stream(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str
+) -> None:
+    await enqueue(redis, fleet_name, 10)
+    rec = Recorder()
+    async with running(make_settings(redis_url, fleet_name, claim_idle=0.3), rec):
+        await rec.wait(lambda: len(rec.done) == 10)
+        await until(lambda: _zero(redis.xlen(Keys(fleet_name).work)))
+
+
+async def test_trimming_keeps_what_another_group_has_not_read_or_acknowledged(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str
+) -> None:
+    keys = Keys(fleet_name)
+    await redis.xgroup_create(keys.work, "audit", id="0", mkstream=True)
+    ids = await enqueue(redis, fleet_name, 10)
+    await redis.xreadgroup("audit", "auditor", {keys.work: ">"}, count=3)
+    await redis.xack(keys.work, "audit", ids[0])  # pending in "audit": ids[1], ids[2]
+    rec = Recorder()
+    async with running(make_settings(redis_url, fleet_name, claim_idle=0.3), rec) as s:
+        await rec.wait(lambda: len(rec.done) == 10)
+        await until(lambda: _true(s.stats().trimmed >= 1))
+        assert [e for e, _ in await redis.xrange(keys.work)] == ids[1:]
+
+
+@pytest.mark.parametrize(
+    ("escaping", "error"),
+    [(asyncio.CancelledError, b"HandlerCancelled"), (SystemExit, b"HandlerExited"),
+     (KeyboardInterrupt, b"HandlerExited")],
+)
+async def test_a_handler_that_lets_a_base_exception_escape_fails_a_counted_run(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str,
+    escaping: type[BaseException], error: bytes,
+) -> None:
+    """Issue 11, A.2: the pool reports such an escape as HandlerCancelled or HandlerExited; the
+    source counts it as a failed run (retried, then dead-lettered), never forgets the item."""
+    (entry,) = await enqueue(redis, fleet_name, 1)
+    runs = 0
+
+    async def handler(item: Any) -> None:
+        nonlocal runs
+        runs += 1
+        raise escaping
+
+    settings = make_settings(redis_url, fleet_name, max_retries=1, retry_backoff=0.01)
+    async with running(settings, handler) as source:
+        await until(lambda: _equals(redis.xlen(Keys(fleet_name).dead), 1))
+        assert source.stats().failed == 2
+    assert runs == 2
+    letter = (await dead_letters(redis_url, fleet_name))[entry]
+    assert letter[b"runs"] == b"2" and letter[b"error"].startswith(error)
+    assert await pending_count(redis, fleet_name) == 0
+
+
+async def test_a_replica_that_may_not_count_runs_or_trim_still_runs_and_acknowledges_all(
+    private_redis: Any, fleet_name: str
+) -> None:
+    """An ACL without the runs hash and XTRIM: runs are counted in memory, nothing is trimmed,
+    and every item is still run, retried and acknowledged."""
+    admin = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
+    try:
+        await admin.execute_command("ACL", "SETUSER", "limited", "on", ">pw", "~*", "&*",
+                                    "+@all", "-hincrby", "-hdel", "-xtrim")
+        await enqueue(admin, fleet_name, 5)
+        url = private_redis.url.replace("redis://", "redis://limited:pw@")
+        runs: list[str] = []
+
+        async def handler(item: Any) -> None:
+            runs.append(item["id"])
+            if runs.count("i0") == 1 and item["id"] == "i0":
+                raise RuntimeError("transient")
+
+        settings = make_settings(url, fleet_name, claim_idle=0.3, retry_backoff=0.01)
+        async with running(settings, handler) as source:
+            await until(lambda: _true(source.stats().done == 5))
+            await until(lambda: _zero(pending_count(admin, fleet_name)))
+            assert not source.ledger.runs_enabled
+            await until(lambda: _true(not source.trimmer.enabled))
+        assert sorted(runs) == ["i0", "i0", "i1", "i2", "i3", "i4"]
+        assert await admin.xlen(Keys(fleet_name).work) == 5
+        assert not await admin.exists(Keys(fleet_name).runs)
+    finally:
+        await admin.aclose()

@@ -4,8 +4,9 @@
 ``GET /healthz``            open   liveness: 200 while the process works, paused or not
 ``GET /readyz``             open   readiness: 503 ``{"ready": false, "reason": ...}`` while a
                                    hold is on (fleet, operator, breaker, control-plane syncing,
-                                   drain), 200 otherwise; with FLEETGATE_READY_WHEN_FLEET_PAUSED
-                                   a hold of the fleet alone keeps it at 200
+                                   drain) or the work source stopped reading on its own, 200
+                                   otherwise; with FLEETGATE_READY_WHEN_FLEET_PAUSED a hold of
+                                   the fleet alone keeps it at 200
 ``GET /pool``               admin  the pool's state
 ``POST /pool/pause``        admin  ``{"reason": ...}``: hold ``source="operator"`` on this
                                    replica only; 200 once quiet, 202 ``quiet: false`` past the
@@ -257,14 +258,19 @@ def create_app(
 
     @app.get("/readyz", response_model=Ready, responses={503: {"model": Ready}})
     async def readyz() -> Any:
-        """Readiness: 503 while the pool is held (the reason names the holds), 200 otherwise."""
+        """Readiness: 503 while the pool is held (the reason names the holds) or the work source
+        stopped reading, 200 otherwise."""
         holds = pool.holds
         blocking = {
             src: why for src, why in holds.items()
             if not (src == FLEET_SOURCE and settings.ready_when_fleet_paused)
         }
-        if blocking:
-            reason = "; ".join(f"{src}: {why}" for src, why in sorted(blocking.items()))
+        reasons = [f"{src}: {why}" for src, why in sorted(blocking.items())]
+        stopped = source.stats().stopped if source is not None else None
+        if stopped is not None:
+            reasons.insert(0, f"work source stopped: {stopped}")
+        if reasons:
+            reason = "; ".join(reasons)
             return JSONResponse(
                 {"ready": False, "reason": reason, "holds": holds}, status_code=503
             )

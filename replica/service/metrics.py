@@ -16,11 +16,14 @@ Names are the contract (alert rules and dashboards use them):
 ``fleetgate_pool_queue_capacity``      the queue's bound (0: unbounded)
 ``fleetgate_pool_in_flight``           items in a handler
 ``fleetgate_pool_workers``             worker count
-``fleetgate_items_total{outcome}``     done, failed, timed_out, dead_lettered
+``fleetgate_items_total{outcome}``     done, failed, timed_out, dead_lettered, malformed (entries
+                                       dead-lettered unread: not UTF-8, not JSON, no ``item``)
 ``fleetgate_control_connected``        1 while subscribed to the fleet's control channel
 ``fleetgate_fleet_version``            the fleet state version applied here
 ``fleetgate_propagation_seconds``      histogram: from a state's change to applied here
 ``fleetgate_source_held``              items in this replica's hands (queued, running, retrying)
+``fleetgate_source_awaiting_retry``    of those, the ones out of the pool until their retry
+``fleetgate_source_reading``           1 while the work source reads (0: it stopped on its own)
 ``fleetgate_source_redis_errors_total``  Redis commands of the source that failed
 =====================================  =========================================================
 """
@@ -39,7 +42,7 @@ from replica.service.source import SourceStats
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 KNOWN_SOURCES: Final = ("fleet", "operator", "breaker", "control-plane", "drain")
-OUTCOMES: Final = ("done", "failed", "timed_out", "dead_lettered")
+OUTCOMES: Final = ("done", "failed", "timed_out", "dead_lettered", "malformed")
 PROPAGATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -91,17 +94,23 @@ class _ReplicaCollector(Collector):
         if self._source is not None:
             s = self._source.stats()
             counts = {"done": s.done, "failed": s.failed, "timed_out": s.timed_out,
-                      "dead_lettered": s.dead_lettered}
+                      "dead_lettered": s.dead_lettered, "malformed": s.malformed}
             yield _gauge("fleetgate_source_held",
                          "Items in this replica's hands (queued, running, awaiting retry).",
                          s.held)
+            yield _gauge("fleetgate_source_awaiting_retry",
+                         "Items out of the pool until their retry (backing off, or due).",
+                         s.awaiting_retry)
+            yield _gauge("fleetgate_source_reading",
+                         "1 while the work source reads; 0 once it stopped on its own.",
+                         0.0 if s.stopped is not None else 1.0)
             yield CounterMetricFamily(
                 "fleetgate_source_redis_errors", "Redis commands of the source that failed.",
                 value=s.redis_errors,
             )
         else:
             counts = {"done": stats.processed, "failed": stats.failed,
-                      "timed_out": stats.timed_out, "dead_lettered": 0}
+                      "timed_out": stats.timed_out, "dead_lettered": 0, "malformed": 0}
         for outcome in OUTCOMES:
             items.add_metric([outcome], float(counts[outcome]))
         yield items

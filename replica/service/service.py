@@ -230,10 +230,13 @@ class ReplicaService:
     def _extra_fields(self) -> dict[str, str]:
         stats = self.source.stats()
         return {
+            "source": "reading" if stats.stopped is None else f"stopped: {stats.stopped}",
             "done": str(stats.done),
             "timed_out": str(stats.timed_out),
             "dead_lettered": str(stats.dead_lettered),
+            "malformed": str(stats.malformed),
             "held": str(stats.held),
+            "awaiting_retry": str(stats.awaiting_retry),
             "handler": self.handler.ref,
             "http": f"http://{self.settings.host}:{self.port}",
         }

@@ -67,7 +67,8 @@ class ReplicaSettings(BaseSettings):
     workers: int = Field(default=4, ge=1, le=10_000)
     """Items handled at once."""
     queue_size: int | None = Field(default=None, ge=1, le=100_000)
-    """Items a replica holds at once, in flight plus waiting (the prefetch bound; default: workers)."""
+    """Items a replica holds at once, in flight plus waiting (the prefetch bound; default: workers).
+    As many again may be waiting out a retry backoff."""
     item_timeout: float | None = Field(default=None, gt=0)
     """Seconds an item may run before it is cancelled and counts as failed (default: none)."""
     poll_interval: float = Field(default=1.0, gt=0, le=3600)
@@ -88,7 +89,14 @@ class ReplicaSettings(BaseSettings):
     fleet is paused; passing it keeps rollouts moving, at the price of dashboards and load
     balancers counting paused pods as ready (the pause still shows in /pool and the metrics)."""
     max_retries: int = Field(default=3, ge=0, le=1000)
-    """Failed attempts retried before an item goes to the dead-letter stream."""
+    """Failed runs of an item retried before it goes to the dead-letter stream (runs of the
+    handler, on any replica; hand-offs between replicas are not runs)."""
+    retry_backoff: float = Field(default=1.0, ge=0, le=3600)
+    """Seconds before a failed item runs again; each further retry waits twice as long, up to
+    retry_backoff_max, with jitter (between half and all of it). A waiting item is not in
+    flight: it does not hold up a pause."""
+    retry_backoff_max: float = Field(default=60.0, gt=0, le=86_400)
+    """The longest wait before a retry, in seconds."""
     claim_idle: float = Field(default=30.0, gt=0, le=86_400)
     """Seconds an item may sit unrenewed with a silent replica before another one claims it
     (what a replica leaves at a clean stop is marked idle that long already, so the others
@@ -176,6 +184,11 @@ class ReplicaSettings(BaseSettings):
     @property
     def dead_stream(self) -> str:
         return self.dead_letter_stream or self.keys.dead
+
+    @property
+    def runs_key(self) -> str:
+        """The hash counting each work entry's handler runs."""
+        return self.keys.runs
 
     def token(self) -> str | None:
         return None if self.admin_token is None else self.admin_token.get_secret_value()

@@ -2,86 +2,70 @@
 
 Work lives in the stream ``fleetgate:{NAME}:work`` (each entry's field ``item`` holds the item
 as JSON), read through the consumer group ``fleetgate``; the consumer name is the replica id.
+The parts: ``StreamReader`` reads while the pool runs and has room (a paused replica leaves new
+work in Redis), ``Holdings`` knows where each held item is, ``Ledger`` writes run counts, acks and
+leases, ``RetryPolicy``/``Backoffs`` space out retries, ``DeadLetters`` and ``Trimmer``.
 
-The source reads (``XREADGROUP``, ``BLOCK`` of at most a second, so a pause or a stop is seen
-promptly) only while the pool is running and this replica holds fewer than ``capacity`` items
-(FLEETGATE_QUEUE_SIZE, default the worker count). It waits on the pool's events (a listener) and
-on items finishing, never on a timer. A paused replica therefore leaves new work in Redis.
+Where every item is, at each step (nothing is lost: an entry leaves the group's pending list
+only with its XACK, after a success or with its dead letter):
 
-Where every item is, at each step:
+1. **Unread**, in the stream: any replica may read it.
+2. **Pending for this replica**: read or claimed, then exactly one of: queued in the pool,
+   running, or out of the pool waiting out a retry backoff (not in flight: a pause does not
+   wait for it), then due until the pool takes it back. Its lease is renewed every
+   ``claim_idle / 3`` seconds, so no other replica takes it meanwhile.
+3. **Running**: the run is counted first (``HINCRBY fleetgate:{NAME}:runs <id> 1``): runs of
+   the handler on every replica, so hand-offs and claims never count as attempts.
+4. **Done**: ``XACK`` with the ``HDEL`` of its count; an ack Redis did not answer is retried
+   by the next lease round (a crash in between runs it again: at least once).
+5. **Failed**: any exception the pool reports for a run (a handler's stray ``CancelledError``,
+   ``SystemExit`` or ``KeyboardInterrupt`` included) is a failed run, except ``ItemCancelled``
+   (8). After at most ``max_retries`` failed runs it waits out a backoff and runs again; then it
+   is dead-lettered (letter, ``XACK``, ``HDEL`` in one ``MULTI``), saying how many runs failed.
+   A failure while the breaker is not closed (or a ``BreakerOpen``-like error) is an outage:
+   the run is given back and the item runs again once the breaker is not open.
+6. **Malformed** (no ``item`` field, not UTF-8, not JSON): dead-lettered at once, whole.
+7. **This replica crashes**: its entries stay pending; another replica's ``XAUTOCLAIM`` takes
+   them after ``claim_idle``. A run that crashed its replica stays counted, so an item that
+   keeps killing replicas is dead-lettered without running once its runs are used up.
+8. **This replica stops**: in-flight items finish within the timeout (one cut off past it gives
+   its run back); what is left (unstarted, awaiting a retry) stays pending, marked idle for
+   ``claim_idle`` already, so the others' next claim sweep takes it.
+9. **Acknowledged**: trimmed from the stream once every consumer group is past it.
 
-1. **In the stream, undelivered**: nobody has it; any replica may read it.
-2. **Pending for this replica** (in the group's PEL under this consumer, and in ``_local``): read
-   or claimed, then one of: waiting in the pool's queue, in flight in the handler, or waiting
-   locally for a retry. While it is here the source renews its lease every ``claim_idle / 3``
-   seconds (``XCLAIM ... JUSTID`` on the entries it still owns), so a long pause or a long item
-   does not let another replica take it.
-3. **Done**: the handler returned, then ``XACK``. If the ack cannot reach Redis the id waits in
-   ``_unacked`` and is acked by the next lease round (a crash in between re-delivers it: at
-   least once). Until its ack is answered, this replica's own claim sweep never takes it
-   again, however long the ack takes.
-4. **Failed**: the entry stays pending. Its delivery count (``XPENDING``) is the number of
-   attempts; while it is at most ``max_retries`` the source re-delivers it to itself
-   (``XCLAIM``, which counts one more delivery) and runs it again; after that the entry is
-   added to the dead-letter stream with its error and acknowledged, in one ``MULTI``.
-   A failure while the handler's circuit breaker is open (or a ``BreakerOpen``-like error) is
-   an outage, not the item's fault: it is retried without being counted, and not before the
-   breaker leaves "open", so an outage dead-letters nothing.
-5. **Malformed** (no ``item`` field, not JSON): dead-lettered at once with the reason.
-6. **This replica crashes**: its entries stay pending under its name; another replica's
-   periodic ``XAUTOCLAIM`` takes those idle for longer than ``claim_idle`` and runs them
-   (at least once: an item that was running when the replica died runs again).
-7. **This replica stops** (``stop()``): reading stops, in-flight items finish within the
-   timeout (their acks are sent), and the items the pool hands back unstarted, and those
-   waiting for a retry, are NOT acked: they stay pending, marked idle for ``claim_idle``
-   already (``XCLAIM ... IDLE``), so another replica's next claim sweep (every
-   ``claim_idle / 2`` at most) takes them. A replica started again under the same id reads
-   its own pending entries first.
+If Redis does not answer a dead letter, the entry stays pending and comes back with this
+replica's claim sweep. If the reader stops anyway (a defect), ``stopped`` says why: the replica
+is then not ready.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import time
-from collections import deque
+from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
-from replica.contract import ITEM_FIELD, WORK_GROUP, format_time, now_utc
+from replica.contract import WORK_GROUP
 from replica.control.redisio import cancel_bounded
-from replica.errors import ItemCancelled, ItemTimeout, PoolClosed
+from replica.errors import ItemCancelled, ItemTimeout
 from replica.pool.pool import PausablePool
-from replica.service.breaker import OPEN, is_breaker_error, state_of
+from replica.service.breaker import CLOSED, OPEN, is_breaker_error, state_of
+from replica.service.deadletter import DeadLetters, error_text
+from replica.service.entry import WorkItem
+from replica.service.holdings import Holdings
+from replica.service.ledger import Ledger
+from replica.service.reader import READ_BLOCK_S, REDIS_OP_TIMEOUT_S, StreamReader, check_cancelled
+from replica.service.retry import RetryPolicy
 from replica.service.settings import ReplicaSettings
+from replica.service.trim import Trimmer
 from replica.types import Handler
 
 log = logging.getLogger(__name__)
-
-READ_BLOCK_S: Final = 1.0
-"""The longest a read waits in Redis: bounds how late a stop is seen by the reader."""
-REDIS_OP_TIMEOUT_S: Final = 5.0
-"""Bound on one bookkeeping command (ack, dead letter, delivery count)."""
-BACKOFF_MIN_S: Final = 0.1
-BACKOFF_MAX_S: Final = 5.0
-MAX_ERROR_LEN: Final = 2000
-
-
-@dataclass(slots=True, eq=False)
-class WorkItem:
-    """One stream entry in this replica's hands."""
-
-    entry_id: str
-    item: Any
-    raw: str
-    via: str
-    """How it arrived: "read", "claim" (from a silent replica) or "history" (own pending)."""
-    succeeded: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,16 +86,25 @@ class SourceStats:
     redis_errors: int
     handed_back: int
     """Entries left pending at ``stop()`` and marked idle for the others to claim at once."""
+    trimmed: int
+    """Acknowledged entries this replica trimmed from the stream."""
     held: int
     """Items in this replica's hands (queued + in flight + awaiting retry)."""
     awaiting_retry: int
+    """Items out of the pool until their retry: waiting out a backoff, or due."""
+    retries_due: int
+    """Of those, the ones whose backoff passed, waiting for the pool (paused, full)."""
     unacked: int
     capacity: int
     group_ready: bool
+    stopped: str | None = None
+    """Why the source stopped reading on its own (a defect), or None."""
 
 
 class StreamSource:
-    """Feeds ``pool`` (built here, with this source's handler wrapper) from the work stream."""
+    """Feeds ``pool`` (built here, with this source's handler wrapper) from the work stream.
+    ``redis`` may decode responses or not: entries are read undecoded either way. Its socket
+    timeout must exceed ``READ_BLOCK_S`` (a blocking read)."""
 
     def __init__(
         self,
@@ -122,18 +115,16 @@ class StreamSource:
         breaker: Any = None,
         breaker_check_interval: float = 1.0,
     ) -> None:
-        self._redis = redis
         self.settings = settings
         self._handler = handler
         self._breaker = breaker
         self._breaker_check = breaker_check_interval
         self.stream = settings.work_stream
         self.dead_stream = settings.dead_stream
-        self.group = WORK_GROUP
         self.consumer = settings.replica_id
         self.capacity = settings.capacity
-        self.max_retries = settings.max_retries
         self.claim_idle = settings.claim_idle
+        self.retry = RetryPolicy.from_settings(settings)
         self.pool = PausablePool(
             self._run,
             workers=settings.workers,
@@ -143,30 +134,27 @@ class StreamSource:
             name=f"pool[{settings.fleet}/{settings.replica_id}]",
             shutdown_grace_period_s=settings.pause_timeout,
         )
+        self._counts: Counter[str] = Counter()
+        self.holdings = Holdings(self.pool, self.capacity, self._counts, self._breaker_open)
         self.pool.add_listener(self._on_pool_event)
-
-        self._local: dict[str, WorkItem] = {}
-        self._retry: deque[WorkItem] = deque()
-        self._lost: set[str] = set()
-        self._unacked: set[str] = set()
-        self._acking: set[str] = set()
-        """Done, and their XACK sent but not answered yet."""
-        self._wake = asyncio.Event()
-        self._stopping = False
+        self.ledger = Ledger(redis, stream=self.stream, group=WORK_GROUP,
+                             consumer=self.consumer, runs_key=settings.runs_key,
+                             counts=self._counts)
+        self.dead_letters = DeadLetters(redis, stream=self.stream, dead_stream=self.dead_stream,
+                                        runs_key=settings.runs_key, group=WORK_GROUP,
+                                        consumer=self.consumer)
+        self.trimmer = Trimmer(redis, self.stream, self._counts)
+        self.reader = StreamReader(
+            redis, settings, self.holdings, ledger=self.ledger, dead_letters=self.dead_letters,
+            counts=self._counts, breaker_open=self._breaker_open,
+            breaker_check_interval=breaker_check_interval,
+        )
         self._started = False
         self._stopped = False
-        self._group_ready = False
-        self._history_cursor: str | None = "0"  # own pending entries first, then ">"
-        self._claim_cursor = "0-0"
-        self._next_claim = 0.0
+        self._stopped_why: str | None = None
+        self._trimmed_at = 0  # entries acknowledged at the last trim
         self._reader: asyncio.Task[None] | None = None
         self._keeper: asyncio.Task[None] | None = None
-        self._counts = dict.fromkeys(
-            ("read", "claimed", "recovered", "done", "failed", "timed_out", "retried",
-             "outage_retries", "dead_lettered", "malformed", "lost_leases", "redis_errors",
-             "handed_back"),
-            0,
-        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -177,22 +165,30 @@ class StreamSource:
             return self
         self._started = True
         try:
-            await self._ensure_group()
+            await self.reader.ensure_group()
         except (RedisError, OSError) as exc:
             log.warning("work stream %s not reachable yet (%s); will retry", self.stream, exc)
-        self._reader = asyncio.create_task(self._read_loop(), name=f"source-read-{self.consumer}")
+        self._reader = asyncio.create_task(self.reader.loop(), name=f"source-read-{self.consumer}")
+        self._reader.add_done_callback(self._reader_ended)
         self._keeper = asyncio.create_task(self._keep_loop(), name=f"source-lease-{self.consumer}")
         log.info(
             "reading %s as %s/%s: up to %d items at once, %d retries, claim after %ss idle",
-            self.stream, self.group, self.consumer, self.capacity, self.max_retries,
+            self.stream, WORK_GROUP, self.consumer, self.capacity, self.retry.max_retries,
             self.claim_idle,
         )
         return self
 
+    def _reader_ended(self, task: asyncio.Task[None]) -> None:
+        if self.reader.stopping:
+            return
+        exc = None if task.cancelled() else task.exception()
+        self._stopped_why = repr(exc) if exc is not None else "the reader was cancelled"
+        log.error("the work source stopped reading %s: %s", self.stream, self._stopped_why,
+                  exc_info=exc)
+
     async def stop_reading(self) -> None:
         """Stop taking work from the stream (waits for a read in progress, at most ~1 s)."""
-        self._stopping = True
-        self._wake.set()
+        self.reader.stop()
         reader = self._reader
         if reader is None or reader.done():
             return
@@ -203,7 +199,8 @@ class StreamSource:
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop reading, let in-flight items finish within ``timeout`` (default the pause
-        timeout), leave the unstarted ones pending in the stream. Idempotent."""
+        timeout), leave the unstarted ones and those awaiting a retry pending in the stream.
+        Idempotent."""
         if self._stopped:
             return
         self._stopped = True
@@ -212,45 +209,45 @@ class StreamSource:
             handed_back = await self.pool.stop(
                 self.settings.pause_timeout if timeout is None else timeout
             )
+            retrying = self.holdings.clear_retries()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
-                    await asyncio.shield(self._flush_acks())
+                    await asyncio.shield(self.ledger.flush())
             await self._hand_back()
         finally:
             if self._keeper is not None:
                 await cancel_bounded(self._keeper)
-        left = len(self._local)
         log.info(
             "%s stopped reading %s: %d done, %d handed back unstarted and %d awaiting retry "
             "left pending for other replicas (%d marked for claiming now), %d acks unsent",
-            self.consumer, self.stream, self._counts["done"], len(handed_back),
-            len(self._retry), self._counts["handed_back"], len(self._unacked),
+            self.consumer, self.stream, self._counts["done"], len(handed_back), retrying,
+            self._counts["handed_back"], len(self.ledger.unacked),
         )
-        if left:
-            log.debug("pending entries left: %s", sorted(self._local))
+        if self.holdings.items:
+            log.debug("pending entries left: %s", sorted(self.holdings.items))
 
     async def _hand_back(self) -> None:
-        """Mark the entries left here (unstarted, awaiting a retry, cut off) as idle for
-        ``claim_idle`` already, so the other replicas' next claim takes them instead of one
-        ``claim_idle`` later. Best effort: if it fails they are claimed the usual way."""
-        if not self._local:
+        """Mark the entries left here as idle for ``claim_idle`` already, so the other
+        replicas' next claim takes them. Best effort: else they are claimed the usual way."""
+        left = list(self.holdings.items)
+        if not left:
             return
         try:
             async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
-                handed = await asyncio.shield(
-                    self._renew_leases(idle_ms=int(self.claim_idle * 1000))
+                owned, _ = await asyncio.shield(
+                    self.ledger.renew(left, idle_ms=int(self.claim_idle * 1000))
                 )
         except (RedisError, OSError, TimeoutError) as exc:
             log.info("%s could not hand back %d entries (%r): they are claimed after %ss",
-                     self.consumer, len(self._local), exc, self.claim_idle)
+                     self.consumer, len(left), exc, self.claim_idle)
             return
-        self._counts["handed_back"] += handed
+        self._counts["handed_back"] += len(owned)
 
     # ------------------------------------------------------------------ state
 
     @property
     def held(self) -> int:
-        return len(self._local)
+        return len(self.holdings)
 
     @property
     def reader_task(self) -> asyncio.Task[None] | None:
@@ -260,184 +257,52 @@ class StreamSource:
     def breaker(self) -> Any:
         return self._breaker
 
+    @property
+    def stopped(self) -> str | None:
+        """Why the source stopped reading on its own, or None (reading, or stopped on purpose)."""
+        return self._stopped_why
+
     def stats(self) -> SourceStats:
         c = self._counts
+        backoffs = self.holdings.backoffs
         return SourceStats(
             read=c["read"], claimed=c["claimed"], recovered=c["recovered"], done=c["done"],
             failed=c["failed"], timed_out=c["timed_out"], retried=c["retried"],
             outage_retries=c["outage_retries"], dead_lettered=c["dead_lettered"],
             malformed=c["malformed"], lost_leases=c["lost_leases"],
-            handed_back=c["handed_back"],
-            redis_errors=c["redis_errors"], held=len(self._local),
-            awaiting_retry=len(self._retry), unacked=len(self._unacked),
-            capacity=self.capacity, group_ready=self._group_ready,
+            redis_errors=c["redis_errors"], handed_back=c["handed_back"], trimmed=c["trimmed"],
+            held=len(self.holdings), awaiting_retry=len(backoffs), retries_due=backoffs.due,
+            unacked=len(self.ledger.unacked), capacity=self.capacity,
+            group_ready=self.reader.group_ready, stopped=self._stopped_why,
         )
 
-    # ------------------------------------------------------------------ reading
-
     def _on_pool_event(self, event: str) -> None:
-        self._wake.set()
-
-    def _room(self) -> int:
-        return self.capacity - len(self._local)
+        if event == "resumed":
+            self.holdings.feed_due()
+        self.holdings.changed.set()
 
     def _breaker_open(self) -> bool:
         return self._breaker is not None and state_of(self._breaker) == OPEN
 
-    async def _wait(self, timeout: float | None = None) -> None:
-        """Sleep until something changes (an item finishes, the pool resumes, stop)."""
-        if timeout is None:
-            await self._wake.wait()
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
-
-    async def _read_loop(self) -> None:
-        backoff = BACKOFF_MIN_S
-        while not self._stopping:
-            _check_cancelled()
-            self._wake.clear()
-            if self.pool.paused or self.pool.closed:
-                await self._wait()
-                continue
-            if self._breaker_open():
-                # Dependency down and the pool not held yet: take nothing until the breaker
-                # leaves "open" (follow_breaker will hold the pool within its interval).
-                await self._wait(self._breaker_check)
-                continue
-            self._feed_retries()
-            room = self._room()
-            if room <= 0:
-                await self._wait()
-                continue
-            try:
-                if not self._group_ready:
-                    await self._ensure_group()
-                got = await self._claim(room)
-                if not got and not self._stopping and not self.pool.paused:
-                    await self._read(self._room())
-                backoff = BACKOFF_MIN_S
-            except asyncio.CancelledError:
-                raise
-            except (RedisError, OSError) as exc:
-                self._counts["redis_errors"] += 1
-                if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
-                    self._group_ready = False
-                log.warning("reading %s failed (%s); retrying in %.1fs", self.stream, exc, backoff)
-                await self._wait(backoff)
-                backoff = min(backoff * 2, BACKOFF_MAX_S)
-
-    async def _ensure_group(self) -> None:
-        try:
-            await self._redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
-            log.info("created consumer group %s on %s", self.group, self.stream)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-        self._group_ready = True
-        self._history_cursor = "0"
-
-    def _feed_retries(self) -> None:
-        while self._retry and not self.pool.paused:
-            work = self._retry.popleft()
-            if work.entry_id in self._lost or work.entry_id not in self._local:
-                self._forget(work)
-                continue
-            try:
-                self.pool.put_nowait(work)
-            except (PoolClosed, asyncio.QueueFull):
-                self._retry.appendleft(work)
-                return
-            self._counts["retried"] += 1
-
-    async def _claim(self, room: int) -> int:
-        """Take entries that silent replicas left idle for longer than claim_idle."""
-        now = time.monotonic()
-        if now < self._next_claim:
-            return 0
-        reply = await self._redis.xautoclaim(
-            self.stream, self.group, self.consumer, int(self.claim_idle * 1000),
-            start_id=self._claim_cursor, count=room,
-        )
-        cursor = str(reply[0])
-        entries = reply[1] or []
-        if cursor in ("0-0", "0"):
-            self._claim_cursor = "0-0"
-            self._next_claim = now + max(self.claim_idle / 2, 0.05)
-        else:
-            self._claim_cursor = cursor
-        got = 0
-        for entry_id, fields in entries:
-            if await self._admit(str(entry_id), fields, "claim"):
-                got += 1
-        if got:
-            log.info("claimed %d items idle for over %ss on %s", got, self.claim_idle, self.stream)
-        return got
-
-    async def _read(self, room: int) -> int:
-        if room <= 0:
-            return 0
-        history = self._history_cursor is not None
-        cursor = self._history_cursor if self._history_cursor is not None else ">"
-        reply = await self._redis.xreadgroup(
-            self.group, self.consumer, {self.stream: cursor}, count=room,
-            block=None if history else int(READ_BLOCK_S * 1000),
-        )
-        entries = _entries(reply)
-        if history:
-            if not entries:
-                self._history_cursor = None
-                return 0
-            self._history_cursor = str(entries[-1][0])
-        got = 0
-        for entry_id, fields in entries:
-            if await self._admit(str(entry_id), fields, "history" if history else "read"):
-                got += 1
-        if history and got:
-            log.info("recovered %d of this replica's own pending items", got)
-        return got
-
-    async def _admit(self, entry_id: str, fields: Any, via: str) -> bool:
-        if entry_id in self._local or entry_id in self._acking or entry_id in self._unacked:
-            # Held here already, or done with its XACK on the way: this replica's own claim
-            # sweep can return such an entry when a stall let it sit past claim_idle.
-            return False
-        if not fields:  # deleted from the stream while pending: nothing to run
-            self._unacked.add(entry_id)
-            return False
-        raw = fields.get(ITEM_FIELD) if isinstance(fields, dict) else None
-        if raw is None:
-            await self._dead_letter_malformed(entry_id, fields, f"no {ITEM_FIELD!r} field")
-            return False
-        try:
-            item = json.loads(raw)
-        except ValueError as exc:
-            await self._dead_letter_malformed(entry_id, fields, f"item is not JSON: {exc}")
-            return False
-        work = WorkItem(entry_id=entry_id, item=item, raw=str(raw), via=via)
-        self._local[entry_id] = work
-        try:
-            self.pool.put_nowait(work)
-        except (PoolClosed, asyncio.QueueFull):
-            # Stopping (or a bound we did not expect): the entry stays pending for others.
-            self._local.pop(entry_id, None)
-            return False
-        self._counts[{"read": "read", "claim": "claimed", "history": "recovered"}[via]] += 1
-        return True
-
-    def _forget(self, work: WorkItem) -> None:
-        if self._local.get(work.entry_id) is work:
-            del self._local[work.entry_id]
-        self._lost.discard(work.entry_id)
-        self._wake.set()
-
     # ------------------------------------------------------------------ running
 
     async def _run(self, work: WorkItem) -> None:
-        """The pool's handler: run the user's handler, then acknowledge."""
-        if work.entry_id in self._lost:  # another replica claimed it while it waited here
+        """The pool's handler: count the run, run the user's handler, then acknowledge."""
+        if work.entry_id in self.holdings.lost:  # another replica claimed it while it waited
             log.info("skipping %s: its lease passed to another replica", work.entry_id)
-            self._forget(work)
+            self.holdings.forget(work)
+            return
+        try:
+            async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
+                await self.ledger.begin_run(work)
+        except TimeoutError:
+            work.runs += 1
+            self._counts["redis_errors"] += 1
+        if self.retry.exhausted(work.runs - 1):
+            # Its earlier runs never ended here: each one ended its replica (or its dead letter
+            # could not be written). It is not run again.
+            failed = work.runs - 1
+            await self._bury(work, f"{failed} runs started and none of them finished", failed)
             return
         await self._handler(work.item)
         work.succeeded = True
@@ -445,185 +310,94 @@ class StreamSource:
 
     async def _ack(self, work: WorkItem) -> None:
         self._counts["done"] += 1
-        self._acking.add(work.entry_id)
-        self._forget(work)
-        try:
-            async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
-                await self._redis.xack(self.stream, self.group, work.entry_id)
-        except (RedisError, OSError, TimeoutError) as exc:
-            self._counts["redis_errors"] += 1
-            self._unacked.add(work.entry_id)
-            log.warning("ack of %s failed (%s); will retry", work.entry_id, exc)
-        finally:
-            self._acking.discard(work.entry_id)
+        self.holdings.forget(work)
+        await self.ledger.ack(work.entry_id, REDIS_OP_TIMEOUT_S)
+
+    def _outage(self, exc: BaseException) -> bool:
+        return is_breaker_error(exc) or (
+            self._breaker is not None and state_of(self._breaker) != CLOSED
+        )
 
     async def _on_error(self, work: WorkItem, exc: BaseException) -> None:
-        """The pool's on_error: a failure, a timeout, or an item cut off by the drain."""
+        """The pool's on_error: a failed run (any exception from the handler, a timeout), or a
+        run cut off by the drain (``ItemCancelled``)."""
         if work.succeeded:  # the handler had succeeded; the ack is on its way
             return
-        if isinstance(exc, ItemCancelled):
-            self._forget(work)  # stays pending in the stream for another replica
+        if type(exc) is ItemCancelled:  # this replica's stop cut the run off
+            await self._end_run(work)
+            self.holdings.forget(work)  # stays pending in the stream for another replica
             return
         self._counts["timed_out" if isinstance(exc, ItemTimeout) else "failed"] += 1
-        if is_breaker_error(exc) or (
-            self._breaker is not None and state_of(self._breaker) != "closed"
-        ):
+        if work.entry_id in self.holdings.lost:
+            log.info("%s failed after its lease passed to another replica: %r", work.entry_id, exc)
+            self.holdings.forget(work)
+            return
+        if self._outage(exc):
             self._counts["outage_retries"] += 1
             log.debug("%s failed during a dependency outage (%r): retried later", work.entry_id, exc)
-            self._requeue(work)
+            await self._end_run(work)
+            # Due after one look at the breaker; fed only once it is not open.
+            self.holdings.retry_later(work, self._breaker_check)
             return
+        if self.retry.exhausted(work.runs):
+            await self._bury(work, error_text(exc), work.runs)
+            return
+        delay = self.retry.delay(work.runs)
+        log.warning("%s failed (run %d of %d): %r; retrying in %.2fs",
+                    work.entry_id, work.runs, self.retry.max_retries + 1, exc, delay)
+        self.holdings.retry_later(work, delay)
+
+    async def _end_run(self, work: WorkItem) -> None:
         try:
             async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
-                deliveries = await self._deliveries(work.entry_id)
-                if deliveries is None:
-                    log.warning("%s failed and is no longer pending here: dropped", work.entry_id)
-                    self._forget(work)
-                elif deliveries > self.max_retries:
-                    await self._dead_letter(work, exc, deliveries)
-                else:
-                    await self._redis.xclaim(
-                        self.stream, self.group, self.consumer, 0, [work.entry_id]
-                    )
-                    log.warning(
-                        "%s failed (attempt %d of %d): %r; retrying",
-                        work.entry_id, deliveries, self.max_retries + 1, exc,
-                    )
-                    self._requeue(work)
-        except (RedisError, OSError, TimeoutError) as err:
+                await self.ledger.end_run(work)
+        except (RedisError, OSError, TimeoutError) as exc:
             self._counts["redis_errors"] += 1
-            log.warning("recording the failure of %s failed (%s); retrying it", work.entry_id, err)
-            self._requeue(work)
+            log.warning("giving back a run of %s failed (%s): it stays counted", work.entry_id, exc)
 
-    def _requeue(self, work: WorkItem) -> None:
-        """Run ``work`` again: at once when the pool runs (the reader may be blocked in a
-        read), else when the reader next feeds retries."""
-        if work.entry_id in self._local:
-            self._retry.append(work)
-            if not self._breaker_open():
-                self._feed_retries()
-        self._wake.set()
-
-    async def _deliveries(self, entry_id: str) -> int | None:
-        rows = await self._redis.xpending_range(
-            self.stream, self.group, entry_id, entry_id, 1, consumername=self.consumer
-        )
-        if not rows:
-            return None
-        return int(rows[0]["times_delivered"])
-
-    async def _dead_letter(self, work: WorkItem, exc: BaseException, deliveries: int) -> None:
-        error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_LEN]
-        await self._move_to_dead(work.entry_id, work.raw, error, deliveries)
-        self._counts["dead_lettered"] += 1
-        self._forget(work)
-        log.warning(
-            "%s dead-lettered to %s after %d attempts: %s",
-            work.entry_id, self.dead_stream, deliveries, error,
-        )
-
-    async def _dead_letter_malformed(self, entry_id: str, fields: Any, why: str) -> None:
-        self._counts["malformed"] += 1
-        raw = json.dumps(fields, default=str)[:MAX_ERROR_LEN] if fields else ""
+    async def _bury(self, work: WorkItem, error: str, runs: int) -> None:
+        """Dead-letter a failed item. If Redis does not answer, the entry stays pending here
+        and comes back with this replica's claim sweep (and is buried then, without a run)."""
         try:
-            await self._move_to_dead(entry_id, raw, f"malformed entry: {why}"[:MAX_ERROR_LEN], 1)
-            log.warning("malformed entry %s dead-lettered: %s", entry_id, why)
-        except (RedisError, OSError) as exc:
+            async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
+                if not await self.ledger.owns(work.entry_id):
+                    log.warning("%s failed and is no longer pending here: dropped", work.entry_id)
+                else:
+                    await self.dead_letters.write(work.entry_id, work.fields, error, runs,
+                                                  forget_runs=self.ledger.runs_enabled)
+                    self._counts["dead_lettered"] += 1
+                    log.warning("%s dead-lettered to %s after %d failed runs: %s",
+                                work.entry_id, self.dead_stream, runs, error)
+        except (RedisError, OSError, TimeoutError) as exc:
             self._counts["redis_errors"] += 1
-            log.warning("dead-lettering malformed %s failed (%s)", entry_id, exc)
+            log.warning("dead-lettering %s failed (%s): it stays pending, claimed again after %ss",
+                        work.entry_id, exc, self.claim_idle)
+        self.holdings.forget(work)
 
-    async def _move_to_dead(self, entry_id: str, raw: str, error: str, deliveries: int) -> None:
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.xadd(
-                self.dead_stream,
-                {
-                    ITEM_FIELD: raw,
-                    "error": error,
-                    "entry": entry_id,
-                    "stream": self.stream,
-                    "replica": self.consumer,
-                    "deliveries": str(deliveries),
-                    "at": format_time(now_utc()),
-                },
-            )
-            pipe.xack(self.stream, self.group, entry_id)
-            await pipe.execute()
-
-    # ------------------------------------------------------------------ leases and acks
+    # ------------------------------------------------------------------ leases, acks, trim
 
     async def _keep_loop(self) -> None:
         every = max(self.claim_idle / 3, 0.05)
         while True:
-            _check_cancelled()
+            check_cancelled()
             await asyncio.sleep(every)
             try:
                 async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
-                    await self._renew_leases()
-                    await self._flush_acks()
+                    _, lost = await self.ledger.renew(list(self.holdings.items))
+                    self._counts["lost_leases"] += self.holdings.note_lost(lost)
+                    await self.ledger.flush()
+                    await self._trim()
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError, TimeoutError) as exc:
                 self._counts["redis_errors"] += 1
                 log.warning("renewing leases on %s failed: %s", self.stream, exc)
 
-    async def _renew_leases(self, idle_ms: int | None = None) -> int:
-        """Reset the idle time of the entries this replica holds and still owns (to
-        ``idle_ms`` when given: a hand-back); note the ones another replica claimed meanwhile
-        (they are skipped if not started yet). Returns how many it renewed."""
-        ids = list(self._local)
-        if not ids:
-            return 0
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for entry_id in ids:
-                pipe.xpending_range(
-                    self.stream, self.group, entry_id, entry_id, 1, consumername=self.consumer
-                )
-            replies = await pipe.execute()
-        owned: list[Any] = [entry_id for entry_id, rows in zip(ids, replies, strict=True) if rows]
-        lost = [entry_id for entry_id, rows in zip(ids, replies, strict=True) if not rows]
-        if owned:
-            await self._redis.xclaim(
-                self.stream, self.group, self.consumer, 0, owned, idle=idle_ms, justid=True
-            )
-        for entry_id in lost:
-            if entry_id in self._local and entry_id not in self._lost:
-                self._lost.add(entry_id)
-                self._counts["lost_leases"] += 1
-                log.warning("%s was claimed by another replica while held here", entry_id)
-        return len(owned)
-
-    async def _flush_acks(self) -> None:
-        if not self._unacked:
-            return
-        ids = sorted(self._unacked)
-        try:
-            await self._redis.xack(self.stream, self.group, *ids)
-        except (RedisError, OSError) as exc:
-            self._counts["redis_errors"] += 1
-            log.warning("%d acks still unsent (%s)", len(ids), exc)
-            return
-        self._unacked.difference_update(ids)
+    async def _trim(self) -> None:
+        acked = self._counts["done"] + self._counts["dead_lettered"] + self._counts["malformed"]
+        if acked != self._trimmed_at:
+            await self.trimmer.trim()
+            self._trimmed_at = acked
 
 
-def _check_cancelled() -> None:
-    """Raise CancelledError if this task was cancelled but the cancellation got lost.
-
-    On Python 3.11, a cancel that lands while redis-py is inside a command can be swallowed
-    (the command ends with a ConnectionError or returns); without this check a loop that
-    catches RedisError would run on for ever after ``cancel()``."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
-
-
-def _entries(reply: Any) -> list[tuple[Any, Any]]:
-    """The entries of an XREADGROUP reply for one stream (RESP2 list or RESP3 dict)."""
-    if not reply:
-        return []
-    if isinstance(reply, dict):
-        for value in reply.values():
-            return list(value[0] if value and isinstance(value[0], list) else value)
-        return []
-    return list(reply[0][1])
-
-
-__all__ = ["SourceStats", "StreamSource", "WorkItem"]
+__all__ = ["READ_BLOCK_S", "SourceStats", "StreamSource", "WorkItem"]

@@ -1,0 +1,242 @@
+"""StreamReader: the loop that takes entries from the work stream into this replica's hands.
+
+It reads only while the pool runs, the handler's breaker is not open and ``Holdings`` has room,
+and otherwise waits for something to change (``Holdings.changed``: an item left, a retry fell
+due, the pool resumed), never on a timer. Each round it first sweeps the group for entries idle
+for longer than ``claim_idle`` (``XAUTOCLAIM``, at most every ``claim_idle / 2``: entries of a
+replica that died, or that a stopping one handed back), then reads: first this replica's own
+pending entries (a restart under the same id), then new ones (``XREADGROUP ... >`` with a
+``BLOCK`` of at most a second, so a pause or a stop is seen promptly).
+
+The two commands that return entries are sent with redis-py's ``NEVER_DECODE`` option, whatever
+the client's ``decode_responses``: their replies are raw bytes, so no entry's bytes can make a
+read fail, and each entry is decoded on its own (``replica.service.entry.decode``). An entry that
+cannot be decoded goes to the dead-letter stream at once, whole, with the reason, and the others
+of its batch are taken as usual: no entry can stop the reader. A Redis error
+makes it wait (0.1 s doubling up to 5 s) and try again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Final
+
+import redis.asyncio as aioredis
+from redis.client import NEVER_DECODE
+from redis.exceptions import RedisError, ResponseError
+
+from replica.contract import WORK_GROUP
+from replica.service.deadletter import DeadLetters
+from replica.service.entry import MalformedEntry, RawFields, decode, read_entries, text
+from replica.service.holdings import Holdings
+from replica.service.ledger import Ledger
+from replica.service.settings import ReplicaSettings
+
+log = logging.getLogger(__name__)
+
+READ_BLOCK_S: Final = 1.0
+"""The longest a read waits in Redis: bounds how late a stop is seen by the reader."""
+REDIS_OP_TIMEOUT_S: Final = 5.0
+"""Bound on one bookkeeping command (run count, ack, dead letter)."""
+BACKOFF_MIN_S: Final = 0.1
+BACKOFF_MAX_S: Final = 5.0
+VIA_COUNTER: Final = {"read": "read", "claim": "claimed", "history": "recovered"}
+RAW: Final = {NEVER_DECODE: True}
+"""Command option: read this reply undecoded, even on a client with decode_responses=True."""
+
+
+def check_cancelled() -> None:
+    """Raise CancelledError if this task was cancelled but the cancellation got lost.
+
+    On Python 3.11, a cancel that lands while redis-py is inside a command can be swallowed
+    (the command ends with a ConnectionError or returns); without this check a loop that
+    catches RedisError would run on for ever after ``cancel()``."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+class StreamReader:
+    """Reads the work stream for one consumer into ``holdings``."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        settings: ReplicaSettings,
+        holdings: Holdings,
+        *,
+        ledger: Ledger,
+        dead_letters: DeadLetters,
+        counts: Counter[str],
+        breaker_open: Callable[[], bool],
+        breaker_check_interval: float,
+    ) -> None:
+        self._redis = redis
+        self.stream = settings.work_stream
+        self.group = WORK_GROUP
+        self.consumer = settings.replica_id
+        self.claim_idle = settings.claim_idle
+        self.holdings = holdings
+        self.pool = holdings.pool
+        self._ledger = ledger
+        self._dead_letters = dead_letters
+        self._counts = counts
+        self._breaker_open = breaker_open
+        self._breaker_check = breaker_check_interval
+        self.stopping = False
+        self.group_ready = False
+        self._history_cursor: str | None = "0"  # own pending entries first, then ">"
+        self._claim_cursor = "0-0"
+        self._next_claim = 0.0
+
+    def stop(self) -> None:
+        """Stop after the current round (a blocking read ends within ``READ_BLOCK_S``)."""
+        self.stopping = True
+        self.holdings.changed.set()
+
+    async def _wait(self, timeout: float | None = None) -> None:
+        """Sleep until something changes (an item leaves, the pool resumes, stop)."""
+        changed = self.holdings.changed
+        if timeout is None:
+            await changed.wait()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), timeout)
+
+    async def loop(self) -> None:
+        backoff = BACKOFF_MIN_S
+        holdings = self.holdings
+        while not self.stopping:
+            check_cancelled()
+            holdings.changed.clear()
+            if self.pool.paused or self.pool.closed:
+                await self._wait()
+                continue
+            if self._breaker_open():
+                # Dependency down and the pool not held yet: take nothing until the breaker
+                # leaves "open" (follow_breaker will hold the pool within its interval).
+                await self._wait(self._breaker_check)
+                continue
+            holdings.feed_due()
+            room = holdings.room()
+            if room <= 0:
+                await self._wait()
+                continue
+            try:
+                if not self.group_ready:
+                    await self.ensure_group()
+                got = await self._claim(room)
+                if not got and not self.stopping and not self.pool.paused:
+                    await self._read(holdings.room())
+                backoff = BACKOFF_MIN_S
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                self._counts["redis_errors"] += 1
+                if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
+                    self.group_ready = False
+                log.warning("reading %s failed (%s); retrying in %.1fs", self.stream, exc, backoff)
+                await self._wait(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    async def ensure_group(self) -> None:
+        """Create the consumer group (and the stream) unless it exists."""
+        try:
+            await self._redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+            log.info("created consumer group %s on %s", self.group, self.stream)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self.group_ready = True
+        self._history_cursor = "0"
+
+    async def _claim(self, room: int) -> int:
+        """Take entries that silent replicas left idle for longer than claim_idle."""
+        now = time.monotonic()
+        if now < self._next_claim:
+            return 0
+        reply = await self._redis.execute_command(  # type: ignore[no-untyped-call]
+            "XAUTOCLAIM", self.stream, self.group, self.consumer, int(self.claim_idle * 1000),
+            self._claim_cursor, "COUNT", room, **RAW,
+        )
+        cursor = text(reply[0])
+        if cursor in ("0-0", "0"):
+            self._claim_cursor = "0-0"
+            self._next_claim = now + max(self.claim_idle / 2, 0.05)
+        else:
+            self._claim_cursor = cursor
+        got = 0
+        for entry_id, fields in reply[1] or []:
+            if entry_id is not None and await self._admit(text(entry_id), fields, "claim"):
+                got += 1
+        if got:
+            log.info("claimed %d items idle for over %ss on %s", got, self.claim_idle, self.stream)
+        return got
+
+    async def _read(self, room: int) -> int:
+        if room <= 0:
+            return 0
+        history = self._history_cursor is not None
+        cursor = self._history_cursor if self._history_cursor is not None else ">"
+        block = [] if history else ["BLOCK", int(READ_BLOCK_S * 1000)]
+        reply = await self._redis.execute_command(  # type: ignore[no-untyped-call]
+            "XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", room, *block,
+            "STREAMS", self.stream, cursor, **RAW,
+        )
+        entries = read_entries(reply)
+        if history:
+            if not entries:
+                self._history_cursor = None
+                return 0
+            self._history_cursor = text(entries[-1][0])
+        got = 0
+        for entry_id, fields in entries:
+            if await self._admit(text(entry_id), fields, "history" if history else "read"):
+                got += 1
+        if history and got:
+            log.info("recovered %d of this replica's own pending items", got)
+        return got
+
+    async def _admit(self, entry_id: str, fields: RawFields | None, via: str) -> bool:
+        ledger = self._ledger
+        if entry_id in self.holdings or entry_id in ledger.acking or entry_id in ledger.unacked:
+            # Held here already, or done with its XACK on the way: this replica's own claim
+            # sweep can return such an entry when a stall let it sit past claim_idle.
+            return False
+        if not fields:  # deleted from the stream while pending: nothing to run
+            ledger.unacked.add(entry_id)
+            return False
+        try:
+            work = decode(entry_id, fields, via)
+        except MalformedEntry as exc:
+            await self._bury_malformed(entry_id, fields, exc.reason)
+            return False
+        except Exception as exc:  # one entry never stops the reader
+            await self._bury_malformed(entry_id, fields, f"cannot be decoded: {exc!r}")
+            return False
+        if not self.holdings.take(work):
+            return False
+        self._counts[VIA_COUNTER[via]] += 1
+        return True
+
+    async def _bury_malformed(self, entry_id: str, fields: RawFields, why: str) -> None:
+        """Dead-letter an entry that is not an item. If Redis does not answer, the entry stays
+        pending here and comes back with this replica's claim sweep."""
+        self._counts["malformed"] += 1
+        try:
+            async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
+                await self._dead_letters.write(entry_id, fields, f"malformed entry: {why}", 0,
+                                               forget_runs=False)
+            log.warning("malformed entry %s dead-lettered: %s", entry_id, why)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._counts["redis_errors"] += 1
+            log.warning("dead-lettering malformed %s failed (%s): claimed again after %ss",
+                        entry_id, exc, self.claim_idle)
+
+
+__all__ = ["READ_BLOCK_S", "REDIS_OP_TIMEOUT_S", "StreamReader", "check_cancelled"]
