@@ -196,6 +196,7 @@ async def test_an_item_that_keeps_failing_is_dead_lettered_with_its_error(
     assert json.loads(fields[ITEM_FIELD]) == {"id": "i0"}
     assert fields["error"] == "ValueError: bad item i0"
     assert fields["runs"] == "3" and fields["replica"] == "r1"
+    assert fields["deliveries"] == fields["runs"]  # the previous release's name, kept
 
 
 async def test_malformed_entries_are_dead_lettered_and_counted(

@@ -12,6 +12,8 @@ A dead letter's fields:
 * ``error``: why (the handler's exception, or ``malformed entry: <reason>``), at most 2,000
   characters;
 * ``runs``: how many runs of the handler failed (0 for a malformed entry, which never ran);
+* ``deliveries``: the same number, under the name the previous release used (it counted
+  deliveries, hand-offs included); kept so that readers of that release go on working;
 * ``entry``, ``stream``, ``replica``, ``at``: the work entry's id and stream, who wrote the
   letter and when.
 """
@@ -66,6 +68,7 @@ class DeadLetters:
             b"stream": self.stream.encode(),
             b"replica": self.consumer.encode(),
             b"runs": str(runs).encode(),
+            b"deliveries": str(runs).encode(),
             b"at": format_time(now_utc()).encode(),
         })
         async with self._redis.pipeline(transaction=True) as pipe:
