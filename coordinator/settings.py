@@ -9,10 +9,11 @@ operator types (a reason, a name) is the contract's (``replica.contract.check_re
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from coordinator.durations import parse_duration
 from replica.contract import MAX_REASON, check_reason, validate_fleet
@@ -62,6 +63,17 @@ class CoordinatorSettings(BaseSettings):
     port: int = Field(default=8080, ge=0, le=65535)
     """The port of `fleetgate serve` (also --port)."""
 
+    webhook_urls: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(), json_schema_extra={"doc_default": "none"}
+    )
+    """Where `fleetgate serve` POSTs every audit event and alert (see Notifications): http:// or https:// URLs, separated by commas or spaces."""
+    webhook_format: Literal["json", "slack"] = "json"
+    """The body of a notification: json (the event's fields and a sentence, `text`) or slack (a Slack-compatible `{"text", "blocks"}`)."""
+    webhook_secret: SecretStr | None = None
+    """The key of the HMAC-SHA256 signature in each notification's `X-Fleetgate-Signature: sha256=<hex>` header (unset: unsigned, with a warning at start)."""
+    webhook_max_age: float = Field(default=3600.0)
+    """Seconds a notification is retried after its event; past that it is given up (logged, counted). Older events a server finds when it starts are skipped."""
+
     @field_validator("redis_url")
     @classmethod
     def _valid_redis_url(cls, value: str) -> str:
@@ -72,14 +84,34 @@ class CoordinatorSettings(BaseSettings):
     def _valid_fleet(cls, value: str) -> str:
         return validate_fleet(value)
 
-    @field_validator("max_pause", "overdue_log_interval", "restore_interval", "max_wait", mode="before")
+    @field_validator(
+        "max_pause", "overdue_log_interval", "restore_interval", "max_wait", "webhook_max_age",
+        mode="before",
+    )
     @classmethod
     def _duration(cls, value: Any) -> float:
         if isinstance(value, str | int | float) and not isinstance(value, bool):
             return parse_duration(value, name="duration", minimum=0.01)
         raise ValueError("must be a duration like 90s, 30m, 2h or 1d")
 
-    @field_validator("admin_token", "view_token", mode="before")
+    @field_validator("webhook_urls", mode="before")
+    @classmethod
+    def _webhook_urls(cls, value: Any) -> tuple[str, ...]:
+        urls = value.replace(",", " ").split() if isinstance(value, str) else value
+        if not isinstance(urls, list | tuple) or not all(isinstance(u, str) for u in urls):
+            raise ValueError("must be URLs separated by commas or spaces")
+        for i, url in enumerate(urls, 1):
+            try:
+                parts = urlsplit(url)
+                parts.port  # noqa: B018 (raises on a port that is not a number)
+            except ValueError:
+                parts = None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+                # never the URL itself: a chat webhook's path is its secret
+                raise ValueError(f"URL {i} is not an http:// or https:// URL with a host")
+        return tuple(urls)
+
+    @field_validator("admin_token", "view_token", "webhook_secret", mode="before")
     @classmethod
     def _blank_is_none(cls, value: Any) -> Any:
         if isinstance(value, str) and not value.strip():

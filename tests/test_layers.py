@@ -33,6 +33,7 @@ RANKS: dict[str, int] = {
     "coordinator.settings": 6,
     "coordinator.fleet": 7,
     "coordinator.render": 8,
+    "coordinator.notify": 8,
     "coordinator.web": 9,
     "coordinator.cli": 10,
     "coordinator.demo": 10,

@@ -18,20 +18,39 @@ sent); ``OutcomeUnknown`` when a change was sent and no answer came (read the st
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from coordinator.fleet.changes import Changes
 from coordinator.fleet.listener import AckListener
 from coordinator.fleet.models import AuditEvent, FleetStatus, ReplicaInfo, WaitReport
 from coordinator.fleet.reads import Reads
 from coordinator.fleet.waiting import Waiter
-from replica.contract import ITEM_FIELD, FleetState, Keys, text, validate_fleet
+from replica.contract import (
+    A_ACTION,
+    A_AT,
+    A_BY,
+    A_REASON,
+    A_VERSION,
+    AUDIT_MAXLEN,
+    ITEM_FIELD,
+    FleetState,
+    Keys,
+    format_time,
+    now_utc,
+    text,
+    validate_fleet,
+)
 from replica.control.redisio import uncancelled
+
+log = logging.getLogger(__name__)
 
 
 class Fleet:
@@ -168,10 +187,39 @@ class Fleet:
         """Wait until every live replica applied ``version`` and, for a pause, is quiet (for a
         resume: no longer held by the fleet). Never raises on timeout: the report says who did
         not get there and why. The final word on each replica is its record: an
-        acknowledgement its record does not confirm does not count."""
-        return await self._waiter.wait(
+        acknowledgement its record does not confirm does not count. A wait that ends with
+        stragglers is recorded in the events stream, for ``fleetgate serve`` to announce."""
+        report = await self._waiter.wait(
             version, timeout, self.wait_poll_interval, self._changes.last
         )
+        if report.stragglers:
+            await self._record_stragglers(report)
+        return report
+
+    async def _record_stragglers(self, report: WaitReport) -> None:
+        """A ``wait`` entry in the events stream: bounded to a second, never the wait's error
+        (the notifier's side: ``coordinator.notify``)."""
+        last = self._changes.last
+        state = last.state if last is not None and last.state.version == report.version else None
+        fields: dict[Any, Any] = {
+            A_ACTION: "wait",
+            A_REASON: state.reason if state is not None else "",
+            A_BY: state.by if state is not None else "",
+            A_VERSION: str(report.version),
+            A_AT: format_time(now_utc()),
+            "wait_action": report.action,
+            "elapsed_s": f"{report.elapsed_s:.3f}",
+            "replicas": str(len(report.replicas)),
+            "stragglers": json.dumps([{"id": r.id, "why": r.why} for r in report.stragglers]),
+        }
+        try:
+            async with asyncio.timeout(1.0):
+                await uncancelled(self._redis.xadd(
+                    self._keys.events, fields, maxlen=AUDIT_MAXLEN, approximate=True
+                ))
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.warning("fleet %s: the wait for v%d ended with stragglers, but could not be "
+                        "recorded for notification: %s", self._name, report.version, exc)
 
 
 __all__ = ["Fleet"]

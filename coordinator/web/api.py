@@ -41,6 +41,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from coordinator.fleet.fleet import Fleet
+from coordinator.notify.alerts import Alerts
+from coordinator.notify.consumer import Notifier
+from coordinator.notify.settings import NotifySettings
 from coordinator.render import history_dict, status_dict
 from coordinator.settings import CoordinatorSettings
 from coordinator.web import errors
@@ -74,6 +77,7 @@ class _Runtime:
         self.redis: Redis | None = None
         self.fleet: Fleet | None = None
         self.watcher: OverdueWatcher | None = None
+        self.notifier: Notifier | None = None
 
 
 _bearer = HTTPBearer(auto_error=False, description="FLEETGATE_ADMIN_TOKEN or FLEETGATE_VIEW_TOKEN")
@@ -154,12 +158,20 @@ def create_app(
         runtime.fleet = Fleet(redis, settings.fleet)
         try:
             if run_watcher:
-                runtime.watcher = await OverdueWatcher(runtime.fleet, settings).start()
+                alerts = None
+                if settings.webhook_urls:  # notifications (coordinator.notify)
+                    runtime.notifier = await Notifier(
+                        redis, settings.fleet, NotifySettings.from_coordinator(settings)
+                    ).start()
+                    alerts = Alerts(redis, settings.fleet)
+                runtime.watcher = await OverdueWatcher(runtime.fleet, settings, alerts).start()
             log.info("coordinator for fleet %s up (%d operators)", settings.fleet, len(tokens))
             yield
         finally:
             if runtime.watcher is not None:
                 await runtime.watcher.stop()
+            if runtime.notifier is not None:
+                await runtime.notifier.stop()
             await asyncio.shield(redis.aclose())
 
     app = FastAPI(
@@ -274,7 +286,10 @@ def create_app(
     )
     async def metrics(fleet: TheFleet) -> Response:
         """The fleet's metrics, read from Redis now (Prometheus text format)."""
-        return Response(await render_metrics(fleet, settings.max_pause), media_type=CONTENT_TYPE)
+        return Response(
+            await render_metrics(fleet, settings.max_pause, runtime.notifier),
+            media_type=CONTENT_TYPE,
+        )
 
     return app
 

@@ -11,12 +11,19 @@ Metrics (one fleet per coordinator; every series carries ``fleet``)::
     fleetgate_fleet_state_version{fleet}        the state's version
     fleetgate_fleet_in_flight{fleet}            items in flight on live replicas
     fleetgate_fleet_queued{fleet}               items queued on live replicas
+    fleetgate_webhook_deliveries_total{fleet}   notifications a receiver accepted (this process)
+    fleetgate_webhook_failures_total{fleet}     failed attempts to deliver one (each retry counts)
+    fleetgate_webhook_given_up_total{fleet}     notifications given up after FLEETGATE_WEBHOOK_MAX_AGE
+    fleetgate_webhook_skipped_total{fleet}      events already too old when read, not sent
+    fleetgate_webhook_pending{fleet}            events in hand: being delivered or retried
 
 ``render_metrics`` reads Redis in the request and fills a fresh ``CollectorRegistry``, so a
 scrape never shows figures older than itself. ``OverdueWatcher`` runs in ``fleetgate serve``:
 while the pause is overdue it logs one structured WARNING per ``overdue_log_interval`` (fleet,
 reason, by, age), and every ``restore_interval`` it calls ``Fleet.restore_if_missing()`` (under
-the deployment's Redis ACL only the coordinator may write the state hash).
+the deployment's Redis ACL only the coordinator may write the state hash). Given ``alerts``
+(when notifications are on), it also raises each overdue pause once into the events stream,
+for the notifier to announce.
 """
 
 from __future__ import annotations
@@ -28,10 +35,13 @@ import time
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from redis.exceptions import RedisError
 
 from coordinator.durations import format_age
 from coordinator.fleet.fleet import Fleet
+from coordinator.notify.alerts import Alerts
+from coordinator.notify.consumer import Notifier
 from coordinator.render import REPLICA_STATES, is_overdue, pause_age_s, summary
 from coordinator.settings import CoordinatorSettings
 from replica.contract import FleetState, format_time, now_utc
@@ -41,8 +51,9 @@ log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-async def render_metrics(fleet: Fleet, max_pause: float) -> bytes:
-    """The fleet's metrics in the Prometheus text format (reads Redis; raises ``RedisError``)."""
+async def render_metrics(fleet: Fleet, max_pause: float, notifier: Notifier | None = None) -> bytes:
+    """The fleet's metrics in the Prometheus text format (reads Redis; raises ``RedisError``),
+    with the notifier's counters when it runs."""
     state = await fleet.state()
     replicas = await fleet.replicas()
     now = now_utc()
@@ -84,14 +95,49 @@ async def render_metrics(fleet: Fleet, max_pause: float) -> bytes:
     Gauge(
         "fleetgate_fleet_queued", "Items queued on live replicas", ["fleet"], registry=registry
     ).labels(name).set(s["queued"])
+    if notifier is not None:
+        registry.register(_NotifierCollector(name, notifier))
     return generate_latest(registry)
+
+
+class _NotifierCollector:
+    """The notifier's process-local counters (no ``_created`` series: they start with the
+    process)."""
+
+    def __init__(self, fleet: str, notifier: Notifier) -> None:
+        self.fleet = fleet
+        self.notifier = notifier
+
+    def collect(self) -> list[Metric]:
+        st = self.notifier.stats
+        out: list[Metric] = []
+        for metric, value, doc in (
+            ("deliveries", st.delivered, "Notifications a receiver accepted (2xx)"),
+            ("failures", st.failed, "Failed attempts to deliver a notification (each retry counts)"),
+            ("given_up", st.given_up, "Notifications given up after FLEETGATE_WEBHOOK_MAX_AGE"),
+            ("skipped", st.skipped, "Events older than FLEETGATE_WEBHOOK_MAX_AGE when read, not sent"),
+        ):
+            family = CounterMetricFamily(f"fleetgate_webhook_{metric}", doc, labels=["fleet"])
+            family.add_metric([self.fleet], value)
+            out.append(family)
+        pending = GaugeMetricFamily(
+            "fleetgate_webhook_pending", "Events in hand: being delivered or retried",
+            labels=["fleet"],
+        )
+        pending.add_metric([self.fleet], self.notifier.held)
+        out.append(pending)
+        return out
 
 
 class OverdueWatcher:
     """Logs overdue pauses and restores a state hash Redis lost, until stopped."""
 
-    def __init__(self, fleet: Fleet, settings: CoordinatorSettings) -> None:
+    def __init__(
+        self, fleet: Fleet, settings: CoordinatorSettings, alerts: Alerts | None = None
+    ) -> None:
         self.fleet = fleet
+        self.alerts = alerts
+        self._alerted_version: int | None = None
         self.max_pause = settings.max_pause
         self.log_interval = settings.overdue_log_interval
         self.restore_interval = settings.restore_interval
@@ -145,7 +191,24 @@ class OverdueWatcher:
         if self._redis_down:
             self._redis_down = False
             log.info("fleet %s: the watcher reaches Redis again", self.fleet.name)
-        self.observe(state, now_utc())
+        now = now_utc()
+        self.observe(state, now)
+        if self.alerts is not None and self._alerted_version != state.version and \
+                is_overdue(state, now, self.max_pause):
+            await self._alert(self.alerts, state, now)
+
+    async def _alert(self, alerts: Alerts, state: FleetState, now: datetime) -> None:
+        """Raise the overdue alert of this version (once per fleet: see ``Alerts``)."""
+        try:
+            if await alerts.overdue(state, now, pause_age_s(state, now) or 0.0, self.max_pause):
+                log.info("fleet %s: overdue pause (version %d) raised for notification",
+                         state.fleet, state.version)
+        except asyncio.CancelledError:
+            raise
+        except (RedisError, OSError) as exc:  # tried again at the next check
+            log.warning("fleet %s: the overdue alert could not be raised: %s", state.fleet, exc)
+            return
+        self._alerted_version = state.version
 
     def observe(self, state: FleetState, now: datetime) -> None:
         """Log the state if it is overdue and the last line is ``log_interval`` old."""

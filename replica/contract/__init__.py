@@ -8,6 +8,8 @@ Every key of a fleet carries the hash tag ``{NAME}`` so the fleet lives in one C
     fleetgate:{NAME}:replicas       sorted set: replica id -> last heartbeat (ms since epoch)
     fleetgate:{NAME}:replica:{ID}   hash per replica (see RECORD_FIELDS), expires unless renewed
     fleetgate:{NAME}:audit          stream of every pause, resume and restore (capped)
+    fleetgate:{NAME}:events         stream of alerts: overdue pauses, waits with stragglers
+    fleetgate:{NAME}:alerted        hash: alert kind -> state version it was raised for
     fleetgate:{NAME}:work           stream of work items (field ``item``, JSON), group "fleetgate"
     fleetgate:{NAME}:dead           dead letters
     fleetgate:{NAME}:runs           hash: work entry id -> handler runs started (gone at its XACK)

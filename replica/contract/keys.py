@@ -44,6 +44,18 @@ class Keys:
         return f"{self.prefix}:audit"
 
     @property
+    def events(self) -> str:
+        """Stream: what the coordinator observed and announces, beside the audit trail of
+        changes (``overdue``: a forgotten pause; ``wait``: a wait that ended with stragglers)."""
+        return f"{self.prefix}:events"
+
+    @property
+    def alerted(self) -> str:
+        """Hash: alert kind (``overdue``) -> the state version it was last raised for, so two
+        coordinators raise each alert once."""
+        return f"{self.prefix}:alerted"
+
+    @property
     def work(self) -> str:
         return f"{self.prefix}:work"
 

@@ -1,0 +1,155 @@
+"""Webhook receivers for the notification tests: real HTTP servers on loopback.
+
+``Hook`` is a small HTTP/1.1 server (asyncio streams) that records every request and answers
+with the status its ``answers`` say, in order (the last one repeats); an answer of ``None``
+holds the request open until ``release()``: a receiver that hangs. ``verify`` is the
+receiver-side check of the README, word for word.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.notify.consumer import Notifier
+
+SECRET = "webhook-secret-for-tests"
+
+
+def verify(secret: str, body: bytes, header: str) -> bool:
+    """The README's receiver check."""
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, header)
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    status: int | None
+    """What it was answered (None: held until released)."""
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Hook:
+    """One receiver on 127.0.0.1: ``async with Hook([500, 200]) as hook: hook.url``."""
+
+    def __init__(self, answers: list[int | None] | None = None, path: str = "/hook") -> None:
+        self.answers = list(answers or [200])
+        self.path = path
+        self.requests: list[Request] = []
+        self.holding = 0
+        """Requests held open right now."""
+        self._released = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[Any]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.url = ""
+
+    async def __aenter__(self) -> Hook:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}{self.path}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):  # a handler still reading sees the end of it
+            writer.close()
+        handlers = list(self._handlers)
+        if handlers:
+            await asyncio.wait(handlers, timeout=10)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def release(self) -> None:
+        """Answer every held request (200) and hold no more."""
+        self._released.set()
+
+    @property
+    def accepted(self) -> list[Request]:
+        return [r for r in self.requests if r.status is not None and 200 <= r.status < 300]
+
+    async def wait_for(self, count: int, *, accepted: bool = False, timeout: float = 30.0) -> None:
+        """Until ``count`` requests came (``accepted``: were answered 2xx)."""
+        async with asyncio.timeout(timeout):
+            while len(self.accepted if accepted else self.requests) < count:
+                self._changed.clear()
+                await self._changed.wait()
+
+    def _answer(self) -> int | None:
+        index = min(len(self.requests), len(self.answers) - 1)
+        return self.answers[index]
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        self._writers.add(writer)
+        try:
+            request_line = (await reader.readline()).decode("latin-1").split()
+            headers: dict[str, str] = {}
+            while True:
+                line = (await reader.readline()).decode("latin-1").rstrip("\r\n")
+                if not line:
+                    break
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+            body = await reader.readexactly(int(headers.get("content-length", "0")))
+            status = self._answer()
+            request = Request(request_line[0], request_line[1], headers, body, status)
+            self.requests.append(request)
+            self._changed.set()
+            if status is None:
+                self.holding += 1
+                try:
+                    await self._released.wait()
+                finally:
+                    self.holding -= 1
+                status = request.status = 200
+                self._changed.set()
+            writer.write(f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                         .encode())
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            self._handlers.discard(task)
+            self._writers.discard(writer)
+
+
+@contextlib.asynccontextmanager
+async def hooks(*answers: list[int | None]) -> AsyncIterator[list[Hook]]:
+    """Several ``Hook``s at once."""
+    async with contextlib.AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(Hook(a)) for a in answers]
+
+
+async def settle(predicate: Callable[[], bool], *notifiers: Notifier, timeout: float = 30.0) -> None:
+    """Until ``predicate()`` holds, checked at every change of the notifiers' counters."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            waits = [asyncio.ensure_future(n.stats.changed().wait()) for n in notifiers]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+                await asyncio.gather(*waits, return_exceptions=True)

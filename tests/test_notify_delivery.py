@@ -1,0 +1,230 @@
+"""Notifications delivered to real HTTP receivers on loopback, from a real Redis: the body, the
+signature, the Slack form, retries with backoff, giving up, the metrics, and a receiver that
+hangs while the fleet is paused through the API."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from coordinator.fleet.fleet import Fleet
+from coordinator.notify.consumer import Notifier
+from coordinator.notify.settings import NotifySettings
+from coordinator.web.api import create_app
+from coordinator.web.metrics import render_metrics
+from tests.apikit import ADMIN, client_for, json_headers, make_settings
+from tests.notifykit import SECRET, Hook, hooks, settle, verify
+
+FIELDS = ("event", "fleet", "hold", "reason", "by", "version", "at", "text")
+
+
+def quick(*urls: str, **extra: Any) -> NotifySettings:
+    """Settings for a test: short backoff, a secret."""
+    values: dict[str, Any] = {"secret": SECRET.encode(), "backoff": 0.02, "backoff_max": 0.1,
+                              "block": 0.5, **extra}
+    return NotifySettings(urls=urls, **values)
+
+
+@asynccontextmanager
+async def notifier(redis_url: str, fleet: str, settings: NotifySettings,
+                   consumer: str | None = None) -> AsyncIterator[Notifier]:
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        async with Notifier(client, fleet, settings, consumer=consumer) as n:
+            yield n
+    finally:
+        await client.aclose()
+
+
+async def test_a_pause_is_posted_signed_to_every_receiver_with_its_fields_and_sentence(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    async with hooks([200], [204]) as (a, b), \
+            notifier(redis_url, fleet_name, quick(a.url, b.url)) as n:
+        state = await fleet.pause("orders-db failover drill", by="alice")
+        await a.wait_for(1)
+        await b.wait_for(1)
+        await settle(lambda: n.stats.acked >= 1, n)
+    for hook in (a, b):
+        (request,) = hook.requests
+        assert request.method == "POST" and request.path == "/hook"
+        assert request.headers["content-type"] == "application/json"
+        assert verify(SECRET, request.body, request.headers["x-fleetgate-signature"])
+        body = request.json()
+        assert {k: body[k] for k in FIELDS} == {
+            "event": "pause", "fleet": fleet_name, "hold": None,
+            "reason": "orders-db failover drill", "by": "alice", "version": state.version,
+            "at": body["at"],
+            "text": f"Fleet {fleet_name} paused by alice: orders-db failover drill (version 1).",
+        }
+        assert request.headers["x-fleetgate-event"] == "pause"
+        assert request.headers["x-fleetgate-delivery"] == body["id"]
+    assert n.stats.delivered == 2 and n.stats.failed == 0
+    assert await redis.xpending(fleet.keys.audit, "fleetgate-notify") == {
+        "pending": 0, "min": None, "max": None, "consumers": []}
+
+
+async def test_a_slack_receiver_gets_text_and_blocks(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    async with Hook() as hook, \
+            notifier(redis_url, fleet_name, quick(hook.url, format="slack")):
+        await fleet.pause("deploy <4.2>", by="alice")
+        await fleet.resume(by="bob")
+        await hook.wait_for(2)
+    pause, resume = (r.json() for r in hook.requests)
+    assert pause["text"] == f"Fleet {fleet_name} paused by alice: deploy &lt;4.2&gt; (version 1)."
+    assert pause["blocks"][0]["type"] == "section"
+    assert resume["text"] == f"Fleet {fleet_name} resumed by bob (version 2)."
+    assert all(verify(SECRET, r.body, r.headers["x-fleetgate-signature"]) for r in hook.requests)
+
+
+async def test_a_failing_receiver_is_retried_with_backoff_until_it_accepts_and_the_metrics_count_it(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    async with Hook([500, 503, 200]) as hook, \
+            notifier(redis_url, fleet_name, quick(hook.url)) as n:
+        await fleet.pause("db maintenance", by="alice")
+        await hook.wait_for(1, accepted=True)
+        await settle(lambda: n.stats.acked >= 1, n)
+        metrics = (await render_metrics(fleet, 1800, n)).decode()
+    assert [r.status for r in hook.requests] == [500, 503, 200]
+    assert len({r.body for r in hook.requests}) == 1  # the same body, so the same signature
+    assert all(verify(SECRET, r.body, r.headers["x-fleetgate-signature"]) for r in hook.requests)
+    assert f'fleetgate_webhook_deliveries_total{{fleet="{fleet_name}"}} 1.0' in metrics
+    assert f'fleetgate_webhook_failures_total{{fleet="{fleet_name}"}} 2.0' in metrics
+    assert f'fleetgate_webhook_given_up_total{{fleet="{fleet_name}"}} 0.0' in metrics
+    assert f'fleetgate_webhook_pending{{fleet="{fleet_name}"}} 0.0' in metrics
+    assert "_created" not in metrics
+
+
+async def test_a_receiver_that_keeps_failing_is_given_up_after_max_age_with_a_log_line(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="coordinator.notify")
+    fleet = Fleet(redis, fleet_name)
+    async with Hook([500]) as down, Hook() as up, \
+            notifier(redis_url, fleet_name, quick(down.url, up.url, max_age=1.0)) as n:
+        started = time.monotonic()
+        await fleet.pause("db maintenance", by="alice")
+        await settle(lambda: n.stats.given_up >= 1, n)
+        await settle(lambda: n.stats.acked >= 1, n)
+        gave_up_after = time.monotonic() - started
+    assert len(up.requests) == 1
+    assert len(down.requests) >= 3  # retried, with a growing backoff, then given up
+    assert n.stats.failed == len(down.requests)
+    assert gave_up_after >= 0.5  # not before its age neared max_age (1 s)
+    lines = [r.getMessage() for r in caplog.records if "gave up" in r.getMessage()]
+    assert len(lines) == 1
+    assert f"http://127.0.0.1:{down.url.split(':')[2].split('/')[0]}" in lines[0]
+    assert "HTTP 500" in lines[0] and "/hook" not in lines[0]
+    assert await redis.xpending(fleet.keys.audit, "fleetgate-notify") == {
+        "pending": 0, "min": None, "max": None, "consumers": []}
+
+
+async def test_a_receiver_that_hangs_holds_back_neither_a_pause_nor_another_receiver(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    async with Hook([None]) as hanging, Hook() as fine:
+        settings = make_settings(redis_url, fleet_name, webhook_urls=f"{hanging.url} {fine.url}",
+                                 webhook_secret=SECRET)
+        app = create_app(settings)
+        async with client_for(app) as client:
+            first = await client.post("/api/fleet/pause", headers=json_headers(ADMIN),
+                                      json={"reason": "first"})
+            assert first.status_code == 200
+            await hanging.wait_for(1)
+            await fine.wait_for(1)
+            assert hanging.holding == 1  # the notifier is stuck in a request to it ...
+            second = await client.post("/api/fleet/pause", headers=json_headers(ADMIN),
+                                       json={"reason": "second"})
+            assert second.status_code == 200
+            assert second.json()["state"]["reason"] == "second"
+            # ... and still is: the pause did not wait for it, nor did the other receiver
+            assert hanging.holding == 1 and len(hanging.requests) == 1
+            await fine.wait_for(2)
+            assert [r.json()["reason"] for r in fine.requests] == ["first", "second"]
+            hanging.release()
+            await hanging.wait_for(2)
+        assert [r.json()["reason"] for r in hanging.requests] == ["first", "second"]
+
+
+async def test_the_metrics_route_shows_the_notifier_counters_when_it_runs(
+    redis_url: str, fleet_name: str
+) -> None:
+    async with Hook() as hook:
+        app = create_app(make_settings(redis_url, fleet_name, webhook_urls=hook.url,
+                                       webhook_secret=SECRET))
+        async with client_for(app) as client:
+            await client.post("/api/fleet/pause", headers=json_headers(ADMIN),
+                              json={"reason": "metrics"})
+            await hook.wait_for(1, accepted=True)
+            runtime = app.state.runtime
+            await settle(lambda: runtime.notifier.stats.delivered >= 1, runtime.notifier)
+            text = (await client.get("/metrics")).text
+        assert f'fleetgate_webhook_deliveries_total{{fleet="{fleet_name}"}} 1.0' in text
+    app = create_app(make_settings(redis_url, fleet_name))
+    async with client_for(app) as client:
+        assert "fleetgate_webhook" not in (await client.get("/metrics")).text
+        assert app.state.runtime.notifier is None
+
+
+async def test_a_receiver_that_hangs_costs_one_attempt_timeout_then_is_retried(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    async with Hook([None, 200]) as hook, \
+            notifier(redis_url, fleet_name, quick(hook.url, timeout=0.3)) as n:
+        await fleet.pause("db maintenance", by="alice")
+        await hook.wait_for(1, accepted=True)
+        await settle(lambda: n.stats.delivered >= 1, n)
+        assert [r.status for r in hook.requests] == [None, 200]  # the first one is still held
+    assert n.stats.failed == 1
+
+
+async def test_a_receiver_that_is_not_listening_is_a_failure_not_an_error(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    async with Hook() as gone:
+        url = gone.url
+    fleet = Fleet(redis, fleet_name)
+    async with notifier(redis_url, fleet_name, quick(url, max_age=0.5)) as n:
+        await fleet.pause("db maintenance", by="alice")
+        await settle(lambda: n.stats.given_up >= 1, n)
+    assert n.stats.failed >= 1 and n.stats.delivered == 0
+
+
+async def test_stopping_the_notifier_leaves_what_it_could_not_deliver_pending(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    async with Hook([None]) as hook:
+        async with notifier(redis_url, fleet_name, quick(hook.url)):
+            await fleet.pause("db maintenance", by="alice")
+            await hook.wait_for(1)
+        pending = await redis.xpending(fleet.keys.audit, "fleetgate-notify")
+    assert pending["pending"] == 1
+
+
+async def test_notifications_do_not_wait_for_each_other_across_receivers(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    async with Hook([None]) as stuck, Hook() as fine, \
+            notifier(redis_url, fleet_name, quick(stuck.url, fine.url)):
+        for i in range(5):
+            await fleet.pause(f"reason {i}", by="alice")
+        await fine.wait_for(5)
+        assert len(stuck.requests) == 1  # in order: the next one waits for this receiver only
+        stuck.release()
+        await stuck.wait_for(5)
+    assert [r.json()["reason"] for r in stuck.requests] == [f"reason {i}" for i in range(5)]
