@@ -186,3 +186,24 @@ async def test_cleanup_is_bounded_and_a_task_that_swallows_a_cancel_still_ends()
     await asyncio.sleep(0)
     await cancel_bounded(task, timeout=5.0)
     assert task.cancelled()
+
+
+
+async def test_what_a_call_was_given_reaches_redis_before_a_later_raw_write(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    # A record computed before a change must never land after the change's own write (the
+    # fast path's write_raw), or the record goes back a version while the acknowledgement
+    # says otherwise. redis-py writes through a task when the connection has a socket timeout
+    # (its default: 5 s), a turn of the event loop in which the fast path could write first.
+    link = Link(redis)
+    key = f"{fleet_name}:order"
+    try:
+        await link.call([("PING",)])  # connected, CLIENT REPLY probed
+        call = asyncio.ensure_future(link.call([("PING",)], quiet=[("SET", key, "old")]))
+        await asyncio.sleep(0)  # the call runs up to its first wait
+        assert link.write_raw(pack(("CLIENT", "REPLY", "SKIP")) + pack(("SET", key, "new")))
+        await call
+        assert await redis.get(key) == "new"
+    finally:
+        await link.close()

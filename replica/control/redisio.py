@@ -163,7 +163,15 @@ class Link:
             wire.append(pack(command))
         wire += [pack(c) for c in commands]
         try:
-            await uncancelled(conn.send_packed_command(b"".join(wire), check_health=False))
+            # Written in this very step, not after a turn of the event loop (redis-py writes
+            # through a task when the connection has a socket timeout, its default): what the
+            # caller computed (a record) must reach Redis before anything write_raw sends
+            # later (a change's record and ack), or the record would go back a version.
+            writer = getattr(conn, "_writer", None)
+            if writer is None or writer.is_closing():
+                raise ConnectionError("the connection is closed")
+            writer.write(b"".join(wire))
+            await uncancelled(writer.drain())
             self._unread = unread
             if not commands:
                 return []
