@@ -1,0 +1,478 @@
+"""The checker: reads a chaos history and proves each rule, or names its first counterexample.
+
+1. **starts**: no item starts on a replica while that replica has a pause applied (the
+   handler's own ``held`` at the item's start). Known (``KNOWN``): the handler of an item its
+   pool took just before the pause may begin just after it, since the run count's round trip
+   to Redis sits between the pool's gate and the handler; such a start is counted apart when
+   the replica's pool held that many items at the apply (its acknowledgement's ``in_flight``,
+   less the handlers running then) and it began within ``BEGIN_RUN_BOUND_S`` of the apply.
+2. **propagation**: every replica that is up and connected applies each change within
+   ``poll_interval`` + 100 ms of the change becoming readable in Redis, outside its own fault
+   windows (its kill, freeze and link faults, and Redis restarts, each followed by the time to
+   reconnect). Proof of a late apply: the replica applied exactly that version after the
+   deadline (its record's ``applied_at``), or showed an older version after it (a record, an
+   acknowledgement or an item start).
+3. **items**: every enqueued item is done at least once, or is in the dead-letter stream with
+   its error (an item Redis forgot in an empty restart before it was done is counted apart).
+   Each duplicate (a second completion) is explained by a kill (the life that completed it
+   was killed before the other run started), a freeze past the claim idle time less one lease
+   renewal (on a replica that ran it, while it existed) or a lost acknowledgement (the link of
+   the replica that completed it was cut, or Redis restarted, between its run and the other),
+   and counted by cause.
+4. **versions**: the versions a replica applies never go back within one process life.
+5. **settled**: once every fault healed, every replica's state equals the last operator action
+   (its version; held exactly when it is a pause still in force), or the restored state where
+   the audit trail says ``restore`` after it.
+6. **wait**: ``wait`` never reported ``ok`` while a replica live at the change had not reached
+   it. Proof: the replica had an item running through the report (a pause), applied the
+   version only after it, showed an older version after it, or was frozen from before the
+   change until after it.
+7. **exits**: no process exited non-zero unless the schedule killed it; the CLI exits with a
+   documented status (0, 1, 3, 5), never a traceback.
+
+Counterexamples of known product defects (``KNOWN``) are counted and reported apart and do not
+fail the run unless ``strict``: rule 6 until issue 13 section 1 lands (``wait`` drops a replica
+whose heartbeat went stale; remove it from ``KNOWN`` with that fix), and rule 1's late handler
+starts above.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+from bench.chaos.history import Event
+from bench.chaos.timeline import Apply, Change, Life, Run, Timeline
+
+SLACK_S: Final = 0.1
+"""Rule 2's allowance beyond ``poll_interval``."""
+TIME_TOLERANCE_S: Final = 0.002
+"""Times written with millisecond precision are up to 1 ms early."""
+BEGIN_RUN_BOUND_S: Final = 5.0
+"""The longest the source waits for the run count before it calls the handler (its bound on one
+bookkeeping command, ``REDIS_OP_TIMEOUT_S``)."""
+KNOWN: Final = {
+    1: "the handler of an item taken before the pause began after it (the run count's round "
+       "trip sits between the pool's gate and the handler)",
+    6: "issue 13 section 1: wait drops a replica whose heartbeat went stale",
+}
+CLI_STATUSES: Final = frozenset({0, 1, 3, 5})
+RULES: Final = {1: "no start under a pause", 2: "changes applied in time",
+                3: "items done or dead-lettered", 4: "versions never go back",
+                5: "state settles on the last action", 6: "wait never lies",
+                7: "no unexpected exit"}
+
+
+@dataclass
+class RuleResult:
+    rule: int
+    violations: int = 0
+    first: str | None = None
+    checked: int = 0
+    known: int = 0
+    """Counterexamples of a known product defect (``KNOWN``), not failing the run."""
+    first_known: str | None = None
+
+    def fail(self, message: str) -> None:
+        self.violations += 1
+        if self.first is None:
+            self.first = message
+
+    def known_defect(self, message: str) -> None:
+        self.known += 1
+        if self.first_known is None:
+            self.first_known = message
+
+    @property
+    def held(self) -> bool:
+        return self.violations == 0
+
+
+@dataclass
+class CheckResult:
+    """Every rule's outcome and the figures of the table."""
+
+    rules: dict[int, RuleResult]
+    faults: Counter[str] = field(default_factory=Counter)
+    items: int = 0
+    done: int = 0
+    dead: int = 0
+    forgotten: int = 0
+    unknown_enqueues: int = 0
+    lost: int = 0
+    duplicates: Counter[str] = field(default_factory=Counter)
+    unexplained: int = 0
+    worst_propagation: tuple[float, str] | None = None
+    excused_pairs: int = 0
+    complete: bool = True
+    phase: str | None = None
+    strict: bool = False
+
+    @property
+    def starts_after_apply(self) -> int:
+        return self.rules[1].violations
+
+    @property
+    def late_handler_starts(self) -> int:
+        return self.rules[1].known
+
+    @property
+    def wait_lies(self) -> int:
+        return self.rules[6].violations + self.rules[6].known
+
+    @property
+    def duplicate_total(self) -> int:
+        return sum(self.duplicates.values()) + self.unexplained
+
+    def failed_rules(self) -> list[int]:
+        return [n for n, r in sorted(self.rules.items()) if not r.held]
+
+    @property
+    def ok(self) -> bool:
+        return self.complete and not self.failed_rules()
+
+
+def _fmt_t(t: float, t0: float) -> str:
+    return f"t+{t - t0:.3f}s"
+
+
+class Checker:
+    """Checks one history (``check()``)."""
+
+    def __init__(self, events: Iterable[Event], *, strict: bool = False) -> None:
+        self.tl = Timeline(events)
+        self.strict = strict
+        run = self.tl.header
+        self.t0 = float(run["t"]) if run else (float(self.tl.events[0]["t"])
+                                                if self.tl.events else 0.0)
+        s = self.tl.settings
+        self.poll = float(s["poll_interval"])
+        self.claim_idle = float(s["claim_idle"])
+        self.renew = float(s.get("renew_interval") or self.claim_idle / 3)
+
+    def at(self, t: float) -> str:
+        return _fmt_t(t, self.t0)
+
+    def check(self) -> CheckResult:
+        tl = self.tl
+        result = CheckResult({n: RuleResult(n) for n in RULES}, strict=self.strict)
+        result.phase = tl.phase
+        result.complete = tl.phase in (None, "done", "stopped")
+        result.faults = Counter(w.kind for w in tl.windows)
+        self.rule1(result.rules[1])
+        self.rule2(result.rules[2], result)
+        self.rule3(result.rules[3], result)
+        self.rule4(result.rules[4])
+        self.rule5(result.rules[5])
+        self.rule6(result.rules[6])
+        self.rule7(result.rules[7])
+        return result
+
+    # ------------------------------------------------------------------ 1
+
+    def known(self, r: RuleResult, message: str) -> None:
+        """A counterexample of a known product defect: apart, unless ``strict``."""
+        if self.strict:
+            r.fail(message)
+        else:
+            r.known_defect(message)
+
+    def rule1(self, r: RuleResult) -> None:
+        tl = self.tl
+        by_pid: dict[int, list[Run]] = {}
+        for runs in tl.runs.values():
+            for run in runs:
+                by_pid.setdefault(run.pid, []).append(run)
+        allowance: dict[tuple[int, int], int] = {}
+        for pid, runs in by_pid.items():
+            runs.sort(key=lambda x: x.start)
+            for run in runs:
+                r.checked += 1
+                if not run.held:
+                    continue
+                what = (f"item {run.item} started on {run.replica} (pid {pid}) at "
+                        f"{self.at(run.start)} with the pause of v{run.version} applied")
+                applied = tl.applies.get((pid, run.version))
+                key = (pid, run.version)
+                if key not in allowance:
+                    allowance[key] = self._taken_before(applied, runs)
+                if applied is not None and allowance[key] > 0 and \
+                        run.start - applied.t <= BEGIN_RUN_BOUND_S:
+                    allowance[key] -= 1
+                    self.known(r, f"{what} {(run.start - applied.t) * 1000:.0f} ms after it: "
+                                  "taken before the pause")
+                else:
+                    r.fail(what)
+
+    @staticmethod
+    def _taken_before(applied: Apply | None, runs: list[Run]) -> int:
+        """Items the pool held at the apply whose handler had not begun (an upper bound)."""
+        if applied is None or applied.in_flight is None:
+            return 0
+        running = sum(1 for x in runs if x.start <= applied.t
+                      and (x.end is None or x.end > applied.t))
+        return max(0, applied.in_flight - running)
+
+    # ------------------------------------------------------------------ 2
+
+    def settle(self, kind: str, params: dict[str, object]) -> float:
+        """How long after a fault a replica may take to be up and connected again."""
+        if kind == "redis-restart":
+            return 2 * self.poll + 1.0
+        if kind == "link":
+            delay = params.get("delay")
+            return self.poll + 1.0 + (float(delay) if isinstance(delay, int | float) else 0.0)
+        return self.poll + 1.0
+
+    def excused(self, life: Life, lo: float, hi: float) -> bool:
+        return any(w.overlaps(lo, hi, self.settle(w.kind, w.params))
+                   for w in self.tl.windows_on(life))
+
+    def rule2(self, r: RuleResult, result: CheckResult) -> None:
+        tl = self.tl
+        limit = self.poll + SLACK_S
+        for change in sorted(tl.changes.values(), key=lambda c: c.readable):
+            if change.reused or change.readable == float("inf"):
+                continue
+            lo, deadline = change.readable, change.readable + limit
+            for life in tl.lives:
+                if life.healthy is None or life.healthy > lo:
+                    continue
+                if life.exit is not None and life.exit <= deadline:
+                    continue
+                if self.excused(life, lo, deadline):
+                    result.excused_pairs += 1
+                    continue
+                r.checked += 1
+                late = self._late(life, change, deadline)
+                if late is not None:
+                    r.fail(f"{life.replica} (pid {life.pid}) {late}; v{change.version} was "
+                           f"readable at {self.at(lo)}, deadline {self.at(deadline)}")
+                first = next((p for p in tl.points.get(life.pid, [])
+                              if p.version >= change.version and p.t >= lo - 1.0), None)
+                if first is not None:
+                    delay = max(0.0, first.t - lo)
+                    worst = result.worst_propagation
+                    if worst is None or delay > worst[0]:
+                        result.worst_propagation = (delay, f"{life.replica} v{change.version}")
+
+    def _late(self, life: Life, change: Change, deadline: float) -> str | None:
+        """Proof that ``life`` had not applied ``change`` by ``deadline``, or None."""
+        for p in self.tl.points.get(life.pid, []):
+            if p.t <= deadline + TIME_TOLERANCE_S:
+                continue
+            if p.exact and p.version == change.version:
+                return f"applied v{change.version} at {self.at(p.t)}"
+            if p.version < change.version:
+                return f"still had v{p.version} at {self.at(p.t)} ({p.source})"
+        return None
+
+    # ------------------------------------------------------------------ 3
+
+    def rule3(self, r: RuleResult, result: CheckResult) -> None:
+        tl = self.tl
+        wipes = [w.start for w in tl.windows
+                 if w.kind == "redis-restart" and w.params.get("mode") == "empty"]
+        result.items = len(tl.enqueued)
+        result.unknown_enqueues = len(tl.unknown_enqueues)
+        for item, enq in tl.enqueued.items():
+            r.checked += 1
+            runs = tl.runs.get(item, [])
+            completions = sorted((x for x in runs if x.outcome == "ok"), key=lambda x: x.start)
+            letters = [d for d in tl.dead.get(item, []) if d.get("error")]
+            if completions:
+                result.done += 1
+            elif letters:
+                result.dead += 1
+            elif any(float(enq.get("t0") or enq["t"]) <= w for w in wipes):
+                result.forgotten += 1
+            else:
+                result.lost += 1
+                r.fail(f"item {item} (enqueued at {self.at(float(enq['t']))}) was never done "
+                       f"nor dead-lettered ({len(runs)} runs started)")
+            for earlier, later in itertools.pairwise(completions):
+                cause = self._duplicate_cause(earlier, later)
+                if cause is None:
+                    result.unexplained += 1
+                    r.fail(f"item {item} completed twice, on {earlier.replica} (pid "
+                           f"{earlier.pid}) at {self.at(earlier.start)} and on "
+                           f"{later.replica} (pid {later.pid}) at {self.at(later.start)}, "
+                           "with no kill, long freeze or lost acknowledgement to explain it")
+                else:
+                    result.duplicates[cause] += 1
+
+    def _duplicate_cause(self, x: Run, y: Run) -> str | None:
+        """Why ``y`` ran the item again after ``x`` completed it (``x`` started first)."""
+        tl = self.tl
+        x_life = tl.life_by_pid(x.pid)
+        if x_life is not None and x_life.killed and x_life.exit is not None \
+                and (x.end or x.start) - TIME_TOLERANCE_S <= x_life.exit <= y.start:
+            return "kill"
+        long_freeze = self.claim_idle - self.renew
+        lo = x.start - self.claim_idle
+        for w in tl.windows:
+            if w.kind == "freeze" and w.duration >= long_freeze and \
+                    w.pid in (x.pid, y.pid) and w.overlaps(lo, y.start):
+                return "freeze"
+        x_end = x.end if x.end is not None else x.start
+        for w in tl.windows:
+            if w.kind == "redis-restart" or (
+                    w.kind == "link" and w.params.get("mode") in ("drop", "blackhole")
+                    and w.pid in (x.pid, y.pid)):
+                if w.overlaps(min(x.start, x_end), y.start, self.settle(w.kind, w.params)):
+                    return "lost-ack"
+        return None
+
+    # ------------------------------------------------------------------ 4
+
+    def rule4(self, r: RuleResult) -> None:
+        for life in self.tl.lives:
+            highest: tuple[float, int, str] | None = None
+            for p in self.tl.points.get(life.pid, []):
+                r.checked += 1
+                if highest is not None and p.version < highest[1] and \
+                        p.t > highest[0] + TIME_TOLERANCE_S:
+                    r.fail(f"{life.replica} (pid {life.pid}) had v{highest[1]} at "
+                           f"{self.at(highest[0])} ({highest[2]}) and v{p.version} at "
+                           f"{self.at(p.t)} ({p.source})")
+                    break
+                if highest is None or p.version > highest[1]:
+                    highest = (p.t, p.version, p.source)
+
+    # ------------------------------------------------------------------ 5
+
+    def last_action(self, before: float) -> tuple[Change | None, bool]:
+        """The state of the last operator action before ``before`` and whether the audit trail
+        says ``restore`` after it."""
+        tl = self.tl
+        best: Change | None = None
+        for op in tl.ops:
+            if op.get("result") not in ("ok", "unknown", "cancelled") or \
+                    float(op["t"]) > before:
+                continue
+            lo, hi = float(op.get("t0") or op["t"]), float(op["t"])
+            for change in tl.changes.values():
+                if lo - TIME_TOLERANCE_S <= change.changed_at <= hi + TIME_TOLERANCE_S or (
+                        op.get("version") == change.version
+                        and op.get("changed_at") is not None
+                        and abs(float(op["changed_at"]) - change.changed_at) < 0.001):
+                    if best is None or change.changed_at >= best.changed_at:
+                        best = change
+        if best is None:
+            return None, False
+        restored = any(a.get("action") == "restore" and a.get("at") is not None
+                       and float(a["at"]) > best.changed_at and float(a["t"]) <= before
+                       for a in tl.audits)
+        return best, restored
+
+    def rule5(self, r: RuleResult) -> None:
+        for snap in self.tl.settled:
+            t = float(snap["t"])
+            state = snap.get("state")
+            change, restored = self.last_action(t)
+            if change is None:
+                continue
+            if restored:
+                if not isinstance(state, dict):
+                    r.fail(f"after {snap.get('phase')}: the state hash is missing")
+                    continue
+                version, paused = int(state["version"]), bool(state["effectively_paused"])
+                what = f"the restored v{version}"
+            else:
+                version = change.version
+                paused = change.paused and (change.auto_resume_at is None
+                                            or change.auto_resume_at > t)
+                what = f"the last action, v{version} ({'paused' if paused else 'running'})"
+            if isinstance(state, dict) and int(state["version"]) != version:
+                r.fail(f"after {snap.get('phase')}: the state hash is at v{state['version']}, "
+                       f"not {what}")
+            for rep in snap.get("replicas") or []:
+                r.checked += 1
+                if rep.get("stale"):
+                    r.fail(f"after {snap.get('phase')}: {rep['id']} is stale")
+                elif rep.get("applied_version") != version or \
+                        bool(rep.get("fleet_held")) != paused:
+                    r.fail(f"after {snap.get('phase')}: {rep['id']} has v"
+                           f"{rep.get('applied_version')} "
+                           f"({'held' if rep.get('fleet_held') else 'running'}), not {what}")
+
+    # ------------------------------------------------------------------ 6
+
+    def rule6(self, r: RuleResult) -> None:
+        tl = self.tl
+        for op in tl.ops:
+            wait = op.get("wait")
+            if not isinstance(wait, dict) or not wait.get("ok"):
+                continue
+            version = int(wait.get("version") or op.get("version") or 0)
+            change = tl.change_of(version)
+            if change is None or change.reused:
+                continue
+            t_lo, t_hi = float(wait["t_lo"]), float(wait["t_hi"])
+            pause = wait.get("action", "pause" if change.paused else "resume") == "pause"
+            for life in tl.lives:
+                if life.healthy is None or life.healthy > change.changed_at:
+                    continue
+                if life.exit is not None and life.exit <= t_hi:
+                    continue
+                r.checked += 1
+                why = self._not_reached(life, change, pause, t_lo, t_hi)
+                if why is not None:
+                    message = (f"wait for v{version} ({op.get('via')}) said ok at "
+                               f"{self.at(t_hi)} but {life.replica} (pid {life.pid}) {why}")
+                    if 6 in KNOWN:
+                        self.known(r, message)
+                    else:
+                        r.fail(message)
+
+    def _not_reached(self, life: Life, change: Change, pause: bool, t_lo: float,
+                     t_hi: float) -> str | None:
+        tl = self.tl
+        for w in tl.windows_on(life):
+            if w.kind == "freeze" and w.start <= change.changed_at and w.end >= t_hi:
+                return f"was frozen from {self.at(w.start)} to {self.at(w.end)}"
+        if pause:
+            started_before = t_lo if change.auto_resume_at is None else min(
+                t_lo, change.auto_resume_at)
+            for runs in tl.runs.values():
+                for run in runs:
+                    if run.pid == life.pid and run.start < started_before and (
+                            (run.end is not None and run.end > t_hi) or run.end is None):
+                        return (f"had item {run.item} in flight from {self.at(run.start)} to "
+                                + (self.at(run.end) if run.end is not None else "its end"))
+        late = self._late(life, change, t_hi)
+        return None if late is None else late
+
+    # ------------------------------------------------------------------ 7
+
+    def rule7(self, r: RuleResult) -> None:
+        for e in self.tl.exits:
+            r.checked += 1
+            status = e.get("status")
+            who = f"{e.get('replica') or e.get('process', 'a process')} (pid {e.get('pid')})"
+            if status not in (0, None) and not e.get("killed"):
+                r.fail(f"{who} exited with status {status} at {self.at(float(e['t']))}"
+                       + (" after it was asked to stop" if e.get("stopping") else ""))
+        for op in self.tl.ops:
+            if op.get("via") != "cli" or op.get("result") == "cancelled":
+                continue
+            r.checked += 1
+            stderr = str(op.get("stderr") or "")
+            if op.get("hung"):
+                r.fail(f"fleetgate {op.get('action')} ran past its --timeout at "
+                       f"{self.at(float(op['t0']))}")
+            elif op.get("exit") not in CLI_STATUSES or "Traceback" in stderr:
+                r.fail(f"fleetgate {op.get('action')} exited {op.get('exit')} at "
+                       f"{self.at(float(op['t']))}: {stderr.strip()[-200:]}")
+
+
+def check(events: Iterable[Event], *, strict: bool = False) -> CheckResult:
+    """Check a history (its events, in any order: they are sorted by time)."""
+    ordered = sorted(events, key=lambda e: float(e["t"]))
+    return Checker(ordered, strict=strict).check()
+
+
+__all__ = ["KNOWN", "RULES", "CheckResult", "Checker", "RuleResult", "check"]

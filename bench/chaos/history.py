@@ -1,0 +1,110 @@
+"""The history of a chaos run: JSON lines, one file per process, merged for the checker.
+
+Every line is one JSON object with at least ``ev`` (what happened) and ``t`` (when, in seconds
+since the epoch, ``time.time()``: every process of a run is on this host, so the clocks agree).
+A writer appends each line with one ``write`` on a file opened ``O_APPEND``: a line is in the
+kernel once ``write`` returns, so it survives a ``kill -9`` of its writer a moment later.
+
+The events (the fields besides ``ev`` and ``t``):
+
+* ``run``: ``seed``, ``duration``, ``topology``, ``fleet``, ``replicas`` (ids), ``settings``
+  (``poll_interval``, ``heartbeat_interval``, ``claim_idle``, ``item_timeout``,
+  ``max_retries``); ``run-end``: ``phase`` (how far the run got).
+* ``spawn``, ``healthy``, ``exit``: a replica life (``replica``, ``pid``; ``exit`` has
+  ``status``, the return code, negative for a signal).
+* ``item-start``: ``replica``, ``pid``, ``item``, ``kind``, ``version`` and ``held`` (the fleet
+  version the replica had applied and whether the fleet's pause held its pool);
+  ``item-end``: ``replica``, ``pid``, ``item``, ``outcome`` (``ok``, ``error``, ``cancelled``).
+* ``enqueue``: ``item``, ``kind``, ``entry``; ``enqueue-unknown``: ``item`` (the XADD failed:
+  it may or may not be in the stream).
+* ``ack``: ``replica``, ``version``, ``event``, ``at`` (the replica's time of it),
+  ``fleet_held``, ``quiet``, ``in_flight``; ``record``: the same read from a replica record
+  (``applied_version``, ``applied_at``, ``fleet_held``, ``quiet``, ``in_flight``,
+  ``control``), written when it changes.
+* ``change``: ``version``, ``paused``, ``changed_at``, ``auto_resume_at``, ``stagger`` and
+  ``via`` (``control`` channel, ``state`` hash or ``operator``): a version first seen.
+* ``audit``: ``action``, ``version``, ``at``; ``dead``: ``item``, ``error``, ``runs``.
+* ``op``: an operator call: ``via`` (``fleet`` or ``cli``), ``action``, ``args``, ``t0``
+  (called), ``t`` (returned), ``t_change`` (the change returned, before any wait),
+  ``result`` (``ok``, ``error``, ``unknown``, ``cancelled``), ``version``, ``paused``,
+  ``changed_at``, ``error``, ``exit`` (the CLI's status) and ``wait`` (the report: ``ok``,
+  ``version``, ``replicas``: [{``id``, ``reached``, ``why``}]).
+* ``fault-start``, ``fault-end``: ``id``, ``kind``, ``target`` (a replica id or ``fleet``),
+  ``params``.
+* ``settled``: ``phase``, ``state`` (the hash), ``replicas`` (their records): a snapshot
+  after the faults healed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+Event = dict[str, Any]
+
+SUFFIX: Final = ".jsonl"
+
+
+class HistoryWriter:
+    """Appends events to one JSON-lines file (created if absent)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def write(self, ev: str, t: float | None = None, **fields: Any) -> Event:
+        """Append one event (``t`` defaults to now) and return it."""
+        event: Event = {"ev": ev, "t": time.time() if t is None else t, **fields}
+        line = json.dumps(event, separators=(",", ":"), default=str) + "\n"
+        if self._fd is not None:
+            os.write(self._fd, line.encode())
+        return event
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> HistoryWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_lines(path: str | Path) -> Iterator[Event]:
+    """The events of one file; a line cut short by a kill (the last one) is skipped."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and "ev" in event and "t" in event:
+                yield event
+
+
+def read_history(where: str | Path | Iterable[str | Path]) -> list[Event]:
+    """Every event of a history directory (its ``*.jsonl`` files) or of the given files,
+    merged in time order (stable: a file's own order is kept for equal times)."""
+    if isinstance(where, str | Path):
+        root = Path(where)
+        files = sorted(root.glob("*" + SUFFIX)) if root.is_dir() else [root]
+    else:
+        files = [Path(p) for p in where]
+    events: list[Event] = []
+    for path in files:
+        events.extend(read_lines(path))
+    events.sort(key=lambda e: float(e["t"]))
+    return events
+
+
+__all__ = ["Event", "HistoryWriter", "read_history", "read_lines"]

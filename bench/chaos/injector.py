@@ -1,0 +1,196 @@
+"""The injector: carries out the fault schedule (``bench.chaos.faults``) on the run's parts.
+
+Each fault runs in a task of its own: ``fault-start`` in the history, the fault, its duration,
+the healing, ``fault-end``. ``stop()`` cuts every duration short and waits until every fault
+has healed (frozen replicas thawed, the link passing, Redis up, killed replicas started again),
+so what the run does next happens on a healed fleet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+from typing import Any, Final
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from bench.chaos.faults import FREEZE, KILL, LINK, Fault
+from bench.chaos.handler import FAIL, HANG
+from bench.chaos.history import HistoryWriter
+from bench.chaos.observer import OBSERVER_NAME, Observer
+from bench.chaos.producer import Producer
+from bench.chaos.proxy import LinkProxy
+from bench.chaos.replicas import Replicas
+from bench.chaos.server import ChaosRedis
+
+log = logging.getLogger(__name__)
+
+GARBAGE_EVERY_S: Final = 0.05
+ADMIN_NAME: Final = "chaos-admin"
+
+
+class Injector:
+    """Runs faults against the parts of one run."""
+
+    def __init__(self, *, seed: int, server: ChaosRedis, replicas: Replicas, proxy: LinkProxy,
+                 proxied: str, observer: Observer, producer: Producer,
+                 history: HistoryWriter) -> None:
+        self.server = server
+        self.replicas = replicas
+        self.proxy = proxy
+        self.proxied = proxied
+        self.observer = observer
+        self.producer = producer
+        self.history = history
+        self.rng = random.Random(f"garbage:{seed}")
+        self.admin = aioredis.Redis.from_url(server.url, client_name=ADMIN_NAME,
+                                             socket_timeout=3.0, socket_connect_timeout=2.0)
+        self.healing = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
+        self.done: list[Fault] = []
+
+    async def run(self, schedule: list[Fault], t0: float) -> None:
+        """Start each fault at ``t0`` + its offset (``time.monotonic()``), until stopped."""
+        for fault in schedule:
+            delay = t0 + fault.at - time.monotonic()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.healing.wait(), delay)
+            if self.healing.is_set():
+                return
+            self.tasks.append(asyncio.create_task(self._one(fault), name=f"fault-{fault.id}"))
+
+    async def stop(self) -> None:
+        """Cut every fault short and wait for all of them to heal."""
+        self.healing.set()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self.admin.aclose()
+
+    async def _hold(self, seconds: float) -> None:
+        """Wait the fault's duration (less when stopping)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.healing.wait(), max(0.0, seconds))
+
+    async def _one(self, fault: Fault) -> None:
+        start: dict[str, Any] = {}
+        end: dict[str, Any] = {}
+        target = self.proxied if fault.kind == LINK else fault.target
+        life = self.replicas.lives.get(target)
+        if fault.kind in (KILL, FREEZE) and (life is None or life.proc.poll() is not None):
+            self.history.write("fault-skipped", id=fault.id, kind=fault.kind, target=target,
+                               why="the replica is not running")
+            return
+        if life is not None and fault.kind in (KILL, FREEZE, LINK):
+            start["pid"] = life.pid
+        self.history.write("fault-start", id=fault.id, kind=fault.kind, target=target,
+                           params=fault.params, **start)
+        try:
+            await getattr(self, "_" + fault.kind.replace("-", "_"))(fault, end)
+        except Exception as exc:  # a fault that could not be done is said, and the run goes on
+            log.exception("fault %d (%s) failed", fault.id, fault.kind)
+            end["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        finally:
+            self.history.write("fault-end", id=fault.id, kind=fault.kind, target=target, **end)
+            self.done.append(fault)
+
+    # ------------------------------------------------------------------ the faults
+
+    async def _kill(self, fault: Fault, end: dict[str, Any]) -> None:
+        self.replicas.kill(fault.target)
+        await self._hold(fault.duration)
+        life = await self.replicas.start(fault.target)
+        end["pid"] = life.pid
+
+    async def _freeze(self, fault: Fault, end: dict[str, Any]) -> None:
+        life = self.replicas.freeze(fault.target)
+        try:
+            await self._hold(fault.duration)
+        finally:
+            if life is not None:
+                self.replicas.thaw(life)
+
+    async def _redis_restart(self, fault: Fault, end: dict[str, Any]) -> None:
+        pid = self.server.pid
+        status = self.server.kill()
+        self.history.write("exit", process="redis", pid=pid, status=status, killed=True)
+        if fault.params.get("mode") == "empty":
+            self.server.wipe()
+        await self._hold(fault.duration)
+        for attempt in range(5):
+            try:
+                await self.server.start()
+                break
+            except (RuntimeError, TimeoutError):
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.5)
+        end["pid"] = self.server.pid
+
+    async def _pubsub_kill(self, fault: Fault, end: dict[str, Any]) -> None:
+        killed = 0
+        for i in range(int(fault.params.get("times", 1))):
+            if i:
+                await asyncio.sleep(0.3)
+            with contextlib.suppress(RedisError, OSError):
+                clients = await self.admin.client_list(_type="pubsub")
+                for client in clients:
+                    if client.get("name") != OBSERVER_NAME:
+                        with contextlib.suppress(RedisError):
+                            await self.admin.client_kill_filter(_id=client["id"])
+                            killed += 1
+        end["killed"] = killed
+
+    async def _link(self, fault: Fault, end: dict[str, Any]) -> None:
+        self.proxy.set_mode(fault.params["mode"], float(fault.params.get("delay", 0.0)))
+        try:
+            await self._hold(fault.duration)
+        finally:
+            self.proxy.heal()
+
+    async def _garbage(self, fault: Fault, end: dict[str, Any]) -> None:
+        channel = self.observer.keys.control
+        sent = 0
+        deadline = time.monotonic() + fault.duration
+        while time.monotonic() < deadline and not self.healing.is_set():
+            with contextlib.suppress(RedisError, OSError):
+                await self.admin.publish(channel, self._garbage_message())
+                sent += 1
+            await asyncio.sleep(GARBAGE_EVERY_S)
+        end["sent"] = sent
+
+    def _garbage_message(self) -> bytes | str:
+        rng = self.rng
+        fleet = self.observer.keys.fleet
+        old = list(self.observer.messages)
+        roll = rng.random()
+        if old and roll < 0.4:
+            return rng.choice(old[:-1] or old)  # a replay: older (or the same) version
+        junk: list[bytes | str] = [
+            b"not json at all",
+            b"\xff\xfe\x00garbage",
+            "{}",
+            "[1, 2, 3]",
+            json.dumps({"fleet": fleet, "paused": "yes", "version": "seven"}),
+            json.dumps({"fleet": "another-fleet", "paused": False, "version": 10**6,
+                        "reason": "", "by": "x", "since": None}),
+            json.dumps({"fleet": fleet, "pad": "x" * 9000}),
+            '{"fleet": "' + fleet + '", "paused": tru',
+        ]
+        return rng.choice(junk)
+
+    async def _bad_handler(self, fault: Fault, end: dict[str, Any]) -> None:
+        self.producer.bad = {FAIL: float(fault.params.get("fail", 0.15)),
+                             HANG: float(fault.params.get("hang", 0.1))}
+        try:
+            await self._hold(fault.duration)
+        finally:
+            self.producer.bad = {}
+
+
+__all__ = ["Injector"]

@@ -1,0 +1,244 @@
+"""The operator: random pauses and resumes, through ``Fleet`` and through the ``fleetgate`` CLI.
+
+One call at a time, as a person at a terminal: a pause (a reason; sometimes an expected window,
+sometimes a ``--for`` window with auto-resume; sometimes ``--wait``) or a resume (sometimes
+staggered, sometimes with a reason, sometimes ``--wait``), then a pause of ``op_every``. Each
+call is an ``op`` in the history with what it asked, what it got back and when; a wait's report
+is kept whole enough for the checker (``ok``, each replica's ``reached`` and ``why``) along with
+the bounds of the moment it was made (``t_lo``, ``t_hi``).
+
+``Fleet`` calls go through two coordinators, one that keeps its acknowledgements subscription
+open (``Fleet.listen()``, as the API does) and one that does not (as the CLI does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any, Final
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from bench.chaos.history import HistoryWriter
+from bench.chaos.observer import epoch
+from bench.chaos.settings import ChaosSettings
+from coordinator.fleet.fleet import Fleet
+from coordinator.fleet.models import WaitReport
+from replica.contract import FleetState, parse_time
+from replica.errors import OutcomeUnknown
+
+FLEETGATE_BIN: Final = str(Path(sys.executable).with_name("fleetgate"))
+REASONS: Final = ("orders-db failover drill", "deploy 4.2", "vendor outage", "chaos: look",
+                  "migration step 3", "investigating duplicates")
+CLI_GRACE_S: Final = 30.0
+"""How far past its --timeout a CLI call may run before the runner kills it (and says so)."""
+
+
+def _wait_dict(report: WaitReport, t_lo: float, t_hi: float) -> dict[str, Any]:
+    return {"ok": report.ok, "version": report.version, "action": report.action,
+            "elapsed_s": report.elapsed_s, "t_lo": t_lo, "t_hi": t_hi,
+            "replicas": [{"id": r.id, "reached": r.reached, "why": r.why}
+                         for r in report.replicas]}
+
+
+def _state_fields(state: FleetState) -> dict[str, Any]:
+    return {"version": state.version, "paused": state.paused,
+            "changed_at": epoch(state.changed_at or state.since),
+            "auto_resume_at": epoch(state.auto_resume_at)}
+
+
+class Operator:
+    """Acts on the fleet of ``settings`` at ``url`` until stopped."""
+
+    def __init__(self, settings: ChaosSettings, url: str, history: HistoryWriter) -> None:
+        self.settings = settings
+        self.url = url
+        self.history = history
+        self.rng = random.Random(f"operator:{settings.seed}")
+        self.redis = aioredis.Redis.from_url(url, decode_responses=True, socket_timeout=5.0,
+                                             socket_connect_timeout=2.0)
+        self.listening = Fleet(self.redis, settings.fleet)
+        self.plain = Fleet(self.redis, settings.fleet)
+        self.paused = False
+        self.calls = 0
+        self.stopping = asyncio.Event()
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.listening.aclose()
+        with contextlib.suppress(Exception):
+            await self.redis.aclose()
+
+    async def run(self) -> None:
+        """Act until ``stopping`` is set (the call under way ends first) or cancelled (a call
+        under way is cut off: its ``op`` says ``cancelled``)."""
+        with contextlib.suppress(RedisError, OSError):
+            await self.listening.listen()
+        low, high = self.settings.op_every
+        while not self.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), self.rng.uniform(low, high))
+            if not self.stopping.is_set():
+                await self.act()
+
+    async def act(self) -> None:
+        rng = self.rng
+        pause = rng.random() < (0.25 if self.paused else 0.8)
+        via_cli = rng.random() < 0.4
+        wait = rng.random() < 0.5
+        timeout = round(rng.uniform(1.5, 4.0), 1)
+        if pause:
+            args: dict[str, Any] = {"reason": rng.choice(REASONS), "wait": wait,
+                                    "timeout": timeout}
+            roll = rng.random()
+            if roll < 0.25:
+                args["for"] = args["auto_resume"] = rng.randint(1, 4)
+            elif roll < 0.5:
+                args["for"] = rng.randint(5, 60)
+        else:
+            args = {"wait": wait, "timeout": timeout}
+            if rng.random() < 0.3:
+                args["stagger"] = rng.randint(1, 3)
+            if rng.random() < 0.3:
+                args["reason"] = rng.choice(REASONS)
+        action = "pause" if pause else "resume"
+        self.calls += 1
+        if via_cli:
+            await self.cli_call(action, args)
+        else:
+            await self.fleet_call(action, args, rng.choice((self.listening, self.plain)))
+
+    # ------------------------------------------------------------------ through Fleet
+
+    async def fleet_call(self, action: str, args: dict[str, Any], fleet: Fleet,
+                         final: bool = False) -> dict[str, Any]:
+        t0 = time.time()
+        out: dict[str, Any] = {"via": "fleet", "action": action, "args": args, "t0": t0,
+                               "final": final, "listening": fleet is self.listening}
+        try:
+            async with asyncio.timeout(float(args.get("timeout", 5.0)) + 15.0):
+                if action == "pause":
+                    state = await fleet.pause(
+                        args["reason"], by="chaos-operator", expected_for=args.get("for"),
+                        auto_resume_after=args.get("auto_resume"))
+                else:
+                    state = await fleet.resume(by="chaos-operator", stagger=args.get("stagger"),
+                                               reason=args.get("reason"))
+                out.update(result="ok", t_change=time.time(), **_state_fields(state))
+                self.paused = state.paused
+                if args.get("wait"):
+                    w0 = time.time()
+                    report = await fleet.wait(state.version, timeout=float(args["timeout"]))
+                    out["wait"] = _wait_dict(report, w0 + report.elapsed_s, time.time())
+        except OutcomeUnknown as exc:
+            out.update(result="unknown", error=str(exc)[:200])
+        except TimeoutError:
+            out.update(result="unknown" if "version" not in out else "ok",
+                       error="the runner's bound on the call passed")
+        except (RedisError, OSError) as exc:
+            out.update(result="error" if "version" not in out else "ok",
+                       error=f"{type(exc).__name__}: {exc}"[:200])
+        except asyncio.CancelledError:
+            out.update(result="cancelled" if "version" not in out else "ok")
+            self.history.write("op", **out)
+            raise
+        if out["result"] != "ok":
+            await self._refresh_belief()
+        self.history.write("op", **out)
+        return out
+
+    async def _refresh_belief(self) -> None:
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            async with asyncio.timeout(3.0):
+                self.paused = (await self.plain.state()).paused
+
+    # ------------------------------------------------------------------ through the CLI
+
+    def cli_args(self, action: str, args: dict[str, Any]) -> list[str]:
+        argv = [FLEETGATE_BIN, action, "--json", "--by", "chaos-cli",
+                "--timeout", f"{args['timeout']}s"]
+        if args.get("reason"):
+            argv += ["--reason", args["reason"]]
+        if "for" in args:
+            argv += ["--for", f"{args['for']}s"]
+        if args.get("auto_resume"):
+            argv.append("--auto-resume")
+        if "stagger" in args:
+            argv += ["--stagger", f"{args['stagger']}s"]
+        if args.get("wait"):
+            argv.append("--wait")
+        return argv
+
+    async def cli_call(self, action: str, args: dict[str, Any]) -> dict[str, Any]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETGATE_")}
+        env.update({"FLEETGATE_REDIS_URL": self.url, "FLEETGATE_FLEET": self.settings.fleet})
+        t0 = time.time()
+        out: dict[str, Any] = {"via": "cli", "action": action, "args": args, "t0": t0}
+        proc = await asyncio.create_subprocess_exec(
+            *self.cli_args(action, args), env=env, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            async with asyncio.timeout(float(args["timeout"]) + CLI_GRACE_S):
+                stdout, stderr = await proc.communicate()
+        except TimeoutError:
+            proc.kill()
+            stdout, stderr = await proc.communicate()
+            out["hung"] = True
+        except asyncio.CancelledError:
+            proc.kill()
+            await proc.communicate()
+            out.update(result="cancelled", exit=proc.returncode)
+            self.history.write("op", **out)
+            raise
+        t1 = time.time()
+        out.update(exit=proc.returncode, stderr=stderr.decode(errors="replace")[-2000:],
+                   result={0: "ok", 3: "ok", 5: "unknown"}.get(proc.returncode or 0, "error"))
+        self._parse_cli(out, stdout.decode(errors="replace"), t1)
+        if out["result"] != "ok":
+            await self._refresh_belief()
+        self.history.write("op", t=t1, **out)
+        return out
+
+    def _parse_cli(self, out: dict[str, Any], stdout: str, t1: float) -> None:
+        try:
+            data = json.loads(stdout)
+        except ValueError:
+            return
+        if not isinstance(data, dict) or not isinstance(data.get("state"), dict):
+            return
+        state = data["state"]
+        changed = parse_time(state.get("changed_at") or state.get("since") or "")
+        out.update(version=state.get("version"), paused=state.get("paused"),
+                   changed_at=epoch(changed),
+                   auto_resume_at=epoch(parse_time(state.get("auto_resume_at") or "")))
+        self.paused = bool(state.get("paused"))
+        wait = data.get("wait")
+        if isinstance(wait, dict) and changed is not None:
+            elapsed = float(wait.get("elapsed_s") or 0.0)
+            out["wait"] = {
+                "ok": wait.get("ok"), "version": wait.get("version"),
+                "action": wait.get("action"), "elapsed_s": elapsed,
+                "t_lo": changed.timestamp() + elapsed, "t_hi": t1,
+                "replicas": [{"id": r.get("id"), "reached": r.get("reached"),
+                              "why": r.get("why")} for r in wait.get("replicas") or []],
+            }
+
+    # ------------------------------------------------------------------ the end
+
+    async def final_resume(self, timeout: float = 30.0) -> dict[str, Any]:
+        """The last operator action of a run: a resume, waited for."""
+        return await self.fleet_call("resume", {"wait": True, "timeout": timeout,
+                                                "reason": "chaos: the end"},
+                                     self.plain, final=True)
+
+
+__all__ = ["Operator"]

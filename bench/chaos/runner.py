@@ -1,0 +1,266 @@
+"""The chaos run: a real fleet, a producer, an operator and a fault schedule, then the check.
+
+Phases (``run-end`` says how far a run got):
+
+1. **setup**: a private Redis on 127.0.0.1 (append-only), the link proxy in front of it for the
+   first replica, ``replicas`` real ``fleetgate-replica`` processes on the chaos handler, the
+   observer;
+2. **chaos** (``duration`` seconds): the producer, the operator and the faults, all at once;
+3. **heal**: the faults end (thawed, restarted, the link passing), the producer and the
+   operator stop; once every replica agrees with the last action (or ``settle_timeout``
+   passes), a ``settled`` snapshot;
+4. **final**: a resume, waited for, then until the backlog is worked off (``drain_timeout``),
+   another snapshot; every replica is stopped with SIGTERM and must exit 0.
+
+Whatever happens (an error, Ctrl-C), every process and server the run started is killed and
+reaped before ``run()`` returns. All traffic stays on 127.0.0.1. The history and the logs are
+in the work directory, removed at the end unless asked to keep them or a rule broke.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from bench.chaos.faults import draw_schedule, proxied_replica, replica_ids
+from bench.chaos.history import HistoryWriter
+from bench.chaos.injector import Injector
+from bench.chaos.observer import Observer
+from bench.chaos.operator import Operator
+from bench.chaos.producer import Producer
+from bench.chaos.proxy import LinkProxy
+from bench.chaos.replicas import Replicas
+from bench.chaos.server import ChaosRedis
+from bench.chaos.settings import SINGLE, UNAVAILABLE, ChaosSettings
+from replica.contract import WORK_GROUP, Keys
+
+log = logging.getLogger(__name__)
+
+STOP_TIMEOUT_S: Final = 30.0
+OPERATOR_END_S: Final = 40.0
+"""How long the operator's last call may take once the chaos is over (a CLI call is bounded by
+its --timeout and the grace of ``bench.chaos.operator``)."""
+SETUP_TIMEOUT_S: Final = 90.0
+
+
+@dataclass
+class RunOutcome:
+    """Where the run's history is, and how far it got."""
+
+    workdir: Path
+    history_dir: Path
+    phase: str
+
+
+class ChaosRun:
+    """One run (``settings``); ``run()`` does it all and always cleans up."""
+
+    def __init__(self, settings: ChaosSettings) -> None:
+        if settings.topology != SINGLE:
+            raise ValueError(f"topology {settings.topology}: {UNAVAILABLE}")
+        self.settings = settings
+        self.workdir = settings.workdir or Path(
+            tempfile.mkdtemp(prefix=f"fleetgate-chaos-{settings.seed}-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.history_dir = self.workdir / "history"
+        self.log_dir = self.workdir / "logs"
+        self.history_dir.mkdir(exist_ok=True)
+        self.log_dir.mkdir(exist_ok=True)
+        self.history = HistoryWriter(self.history_dir / "runner.jsonl")
+        self.keys = Keys(settings.fleet)
+        self.phase = "setup"
+        self.server: ChaosRedis | None = None
+        self.proxy: LinkProxy | None = None
+        self.replicas: Replicas | None = None
+        self.observer: Observer | None = None
+        self.producer: Producer | None = None
+        self.operator: Operator | None = None
+        self.injector: Injector | None = None
+
+    # ------------------------------------------------------------------ the run
+
+    async def run(self) -> RunOutcome:
+        try:
+            async with asyncio.timeout(SETUP_TIMEOUT_S):
+                await self._setup()
+            await self._chaos()
+            await self._heal()
+            await self._final()
+            self.phase = "done"
+        finally:
+            await self._cleanup()
+        return RunOutcome(self.workdir, self.history_dir, self.phase)
+
+    async def _setup(self) -> None:
+        s = self.settings
+        self.server = server = await ChaosRedis(self.workdir).start()
+        self.history.write("start", process="redis", pid=server.pid, port=server.port)
+        self.proxy = await LinkProxy("127.0.0.1", server.port).start()
+        ids = replica_ids(s)
+        proxied = proxied_replica(s)
+        urls = {r: (f"redis://127.0.0.1:{self.proxy.port}/0" if r == proxied else server.url)
+                for r in ids}
+        self.history.write("run", seed=s.seed, duration=s.duration, topology=s.topology,
+                           fleet=s.fleet, replicas=ids, proxied=proxied, settings=s.header(),
+                           redis_port=server.port, proxy_port=self.proxy.port)
+        self.replicas = Replicas(s, urls, self.history, self.history_dir, self.log_dir,
+                                 secrets.token_urlsafe(18))
+        self.observer = await Observer(server.url, self.keys, ids, self.history).start()
+        await asyncio.gather(*(self.replicas.start(r) for r in ids))
+        self.producer = Producer(server.url, self.keys, s.rate, s.item_ms, s.seed, self.history)
+        self.operator = Operator(s, server.url, self.history)
+        self.injector = Injector(
+            seed=s.seed, server=server, replicas=self.replicas, proxy=self.proxy,
+            proxied=proxied, observer=self.observer, producer=self.producer,
+            history=self.history,
+        )
+
+    async def _chaos(self) -> None:
+        assert self.producer and self.operator and self.injector
+        self.phase = "chaos"
+        schedule = draw_schedule(self.settings)
+        self.history.write("schedule", faults=[f.describe() for f in schedule])
+        t0 = time.monotonic()
+        tasks = [
+            asyncio.create_task(self.producer.run(), name="chaos-producer"),
+            asyncio.create_task(self.operator.run(), name="chaos-operator"),
+            asyncio.create_task(self.injector.run(schedule, t0), name="chaos-injector"),
+            asyncio.create_task(self._watch(), name="chaos-watchdog"),
+        ]
+        try:
+            await asyncio.sleep(self.settings.duration)
+        finally:
+            self.phase = "heal"
+            tasks[0].cancel()
+            self.operator.stopping.set()  # the call under way ends (bounded), then no more
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(tasks[1]), OPERATOR_END_S)
+            tasks[1].cancel()
+            await self.injector.stop()
+            tasks[2].cancel()
+            await asyncio.gather(*tasks[:3], return_exceptions=True)
+            tasks[3].cancel()
+            await asyncio.gather(tasks[3], return_exceptions=True)
+
+    async def _watch(self) -> None:
+        """Notice a replica or Redis that exited on its own (rule 7 judges it) and start it
+        again, so the run goes on."""
+        assert self.replicas and self.server
+        while True:
+            await asyncio.sleep(0.5)
+            for life in self.replicas.reap():
+                if not life.killed and not life.stopping:
+                    log.warning("replica %s (pid %d) exited on its own: %s", life.replica,
+                                life.pid, life.proc.returncode)
+                    with contextlib.suppress(RuntimeError):
+                        await self.replicas.start(life.replica)
+            status = self.server.poll()
+            if status is not None:
+                self.history.write("exit", process="redis", pid=self.server.pid, status=status,
+                                   killed=False)
+                self.server.proc = None
+                await self.server.start()
+
+    async def _heal(self) -> None:
+        assert self.replicas and self.observer
+        for r in self.replicas.ids:  # a replica down at the end of the chaos starts again
+            life = self.replicas.lives.get(r)
+            if life is None or life.proc.poll() is not None:
+                await self.replicas.start(r)
+        self.history.write("healed")
+        await self._settle("healed")
+
+    async def _settle(self, phase: str) -> None:
+        """Until every live replica agrees with the state hash (its version, and held exactly
+        when it is effectively paused), or ``settle_timeout``; then a ``settled`` snapshot."""
+        assert self.observer
+        deadline = time.monotonic() + self.settings.settle_timeout
+        snapshot = None
+        while time.monotonic() < deadline:
+            with contextlib.suppress(RedisError, OSError):
+                snapshot = await self.observer.snapshot()
+                if _agrees(snapshot):
+                    break
+            await asyncio.sleep(0.2)
+        with contextlib.suppress(RedisError, OSError):
+            snapshot = await self.observer.snapshot()
+        self.history.write("settled", phase=phase, **(snapshot or {"state": None,
+                                                                   "replicas": []}))
+
+    async def _final(self) -> None:
+        assert self.operator and self.replicas and self.server
+        self.phase = "final"
+        await self.operator.final_resume()
+        await self._drain()
+        await self._settle("final")
+        await self.replicas.stop_all(STOP_TIMEOUT_S)
+        self.phase = "stopped"
+
+    async def _drain(self) -> None:
+        """Until the work stream's group has nothing pending and nothing unread."""
+        assert self.server
+        client = aioredis.Redis.from_url(self.server.url, decode_responses=True)
+        deadline = time.monotonic() + self.settings.drain_timeout
+        try:
+            while time.monotonic() < deadline:
+                with contextlib.suppress(RedisError, OSError):
+                    groups = await client.xinfo_groups(self.keys.work)
+                    group = next((g for g in groups if g.get("name") == WORK_GROUP), None)
+                    if group is not None and not group.get("pending") and not group.get("lag"):
+                        self.history.write("drained")
+                        return
+                await asyncio.sleep(0.25)
+            self.history.write("drain-timeout")
+        finally:
+            await client.aclose()
+
+    async def _cleanup(self) -> None:
+        """Every process and server of the run, stopped and reaped, whatever happened."""
+        if self.replicas is not None:
+            self.replicas.kill_everything()
+        for part in (self.operator, self.producer):
+            if part is not None:
+                with contextlib.suppress(Exception):
+                    await part.aclose()
+        if self.observer is not None:
+            with contextlib.suppress(Exception):
+                await self.observer.stop()
+        if self.proxy is not None:
+            with contextlib.suppress(Exception):
+                await self.proxy.stop()
+        if self.server is not None:
+            pid = self.server.pid
+            status = self.server.stop()
+            if status is not None:
+                self.history.write("exit", process="redis", pid=pid, status=status,
+                                   killed=False, stopping=True)
+        self.history.write("run-end", phase=self.phase)
+        self.history.close()
+
+    def discard(self) -> None:
+        """Remove the work directory (after a clean run that was not asked to keep it)."""
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _agrees(snapshot: dict[str, object]) -> bool:
+    state = snapshot.get("state")
+    replicas = snapshot.get("replicas")
+    if not isinstance(state, dict) or not isinstance(replicas, list):
+        return False
+    return all(r.get("applied_version") == state["version"]
+               and r.get("fleet_held") == state["effectively_paused"]
+               and not r.get("stale") for r in replicas)
+
+
+__all__ = ["ChaosRun", "RunOutcome"]
