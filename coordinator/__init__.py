@@ -6,6 +6,7 @@ importing only those above it (``tests/test_layers.py`` holds them to it)::
     coordinator.durations, coordinator.settings   leaves: durations, settings, URL redaction
     coordinator.fleet                              the library: Fleet, its acks and models
     coordinator.render                             views of the library's results (text, JSON)
+    coordinator.notify                             notifications: audit events to signed webhooks
     coordinator.cli, coordinator.web               the ``fleetgate`` command; the API, dashboard
     coordinator.demo                               ``fleetgate demo`` and its local Redis
 

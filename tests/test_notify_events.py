@@ -3,7 +3,11 @@ the signature and the settings."""
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -129,3 +133,15 @@ def test_a_receiver_is_named_by_its_host_never_by_its_secret_path() -> None:
     assert receiver_label("https://u:p@hooks.slack.com/services/T0/B0/secret") == \
         "https://hooks.slack.com"
     assert receiver_label("http://[::1]:8080/x") == "http://[::1]:8080"
+
+
+def test_the_readme_shows_the_receiver_check_the_tests_use() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("<!-- section:notify -->"):readme.index("<!-- /section:notify -->")]
+    (snippet,) = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)
+    namespace: dict[str, Any] = {}
+    exec(compile(snippet, "README.md", "exec"), namespace)
+    body = encode(Event.from_entry("orders", "audit", "1-0", PAUSE), "slack")
+    assert namespace["verify"](SECRET, body, sign(SECRET.encode(), body))
+    assert not namespace["verify"](SECRET, body[:-1], sign(SECRET.encode(), body))
+    assert inspect.getsource(verify).split('"""')[2].strip() in snippet
