@@ -89,13 +89,17 @@ def test_a_record_read_after_an_ack_has_the_final_word() -> None:
     view = _View("pod-1")
     at = format_time(T0)
     view.from_ack(("pod-1", 4, True, True, 0, at, None))
-    assert view.reached(4, pause=True) and not view.confirmed
+    assert view.reached(4, pause=True) and not view.needs_check  # never read: acks suffice
+    view.from_record(["3", "1", "0", "1", at, None, "connected", format_time(T0), "10", None],
+                     T0.timestamp())
+    view.from_ack(("pod-1", 4, True, True, 0, at, None))
+    assert view.reached(4, pause=True) and view.needs_check  # read, then changed by an ack
     beat = format_time(T0 + timedelta(seconds=1))
     # applied_version, fleet_held, quiet, in_flight, applied_at, quiet_at, control,
     # heartbeat_at, heartbeat_interval, resume_at: the replica is at 3, busy
     view.from_record(["3", "0", "0", "1", at, None, "connected", beat, "10", None],
                      (T0 + timedelta(seconds=2)).timestamp())
-    assert view.confirmed and view.alive
+    assert view.confirmed and view.alive and not view.needs_check
     assert view.applied_version == 3 and not view.reached(4, pause=True)
     assert view.in_flight == 1 and view.quiet_at is None
     view.from_record(None, T0.timestamp())  # no record (expired, or not a hash): not live

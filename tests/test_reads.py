@@ -35,6 +35,7 @@ async def _spoil(redis: aioredis.Redis, fleet: str) -> None:
 
 
 def test_members_that_are_not_replica_ids_or_have_no_number_are_counted_not_kept() -> None:
+    assert parse_members([("a\nb", 1.0), ("c", 2.0)]).unreadable == 1
     members = parse_members([("pod-1", 1.0), ("bad id", 2.0), (b"\xff\xfe", 3.0),
                              ("pod-2", float("nan")), ("pod-3", "not a number"), (b"pod-4", 4)])
     assert members.scores == {"pod-1": 1.0, "pod-4": 4.0}

@@ -44,14 +44,16 @@ _WAIT_FIELDS: Final = (
 class _View:
     """What ``wait`` knows of one replica.
 
-    ``confirmed``: what decides whether it got there came from its record (read after any
-    acknowledgement taken into account), not from an acknowledgement alone. ``suspect``: its
-    record contradicted its acknowledgements (another replica of the same Redis user may have
-    forged them): for the rest of the wait only its record counts."""
+    ``recorded``: its record was read in this wait (it was waited for on its record: a
+    straggler, or the first read of a wait that subscribed for itself). ``confirmed``: nothing
+    an acknowledgement said has changed it since its record was last read. A recorded view that
+    is not confirmed needs its record read again before the wait trusts it (``needs_check``).
+    ``suspect``: its record contradicted its acknowledgements (another replica of the same
+    Redis user may have forged them): for the rest of the wait only its record counts."""
 
     __slots__ = (
         "alive", "applied_at", "applied_version", "confirmed", "control", "fleet_held", "id",
-        "in_flight", "quiet", "quiet_at", "resume_at", "suspect",
+        "in_flight", "quiet", "quiet_at", "recorded", "resume_at", "suspect",
     )
 
     def __init__(self, replica_id: str) -> None:
@@ -65,8 +67,14 @@ class _View:
         self.quiet_at: Any = None
         self.resume_at: Any = None
         self.control = "unknown"
+        self.recorded = False
         self.confirmed = False
         self.suspect = False
+
+    @property
+    def needs_check(self) -> bool:
+        """Its record was read, and an acknowledgement changed it since."""
+        return self.recorded and not self.confirmed
 
     def reached(self, version: int, pause: bool) -> bool:
         if self.applied_version < version:
@@ -80,7 +88,7 @@ class _View:
         holds at least what the acknowledgement said (replicas write the record, then publish),
         so where the two differ the acknowledgement was not the replica's. ``values`` are the
         ``_WAIT_FIELDS`` (None or empty: the record is gone or is not a hash)."""
-        self.confirmed = True
+        self.recorded = self.confirmed = True
         v: dict[str, str | None] = dict.fromkeys(_WAIT_FIELDS)
         if values:
             v.update(zip(_WAIT_FIELDS, (text(x) if x is not None else None for x in values),

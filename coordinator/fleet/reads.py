@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -64,9 +65,24 @@ class Snapshot:
     members: Members
 
 
+_ALL_IDS: Final = re.compile(rf"(?:{REPLICA_ID_RE.pattern}\n)*")
+"""Every id valid, checked in one pass over them joined by newlines (with as many newlines as
+ids: none is inside one)."""
+
+
 def parse_members(pairs: Iterable[tuple[Any, Any]]) -> Members:
     """``(member, score)`` pairs as ``Members``: ids that are not replica ids, and scores that
     are not finite numbers, are counted, not kept."""
+    pairs = list(pairs)
+    try:
+        ids = [m if type(m) is str else text(m) for m, _ in pairs]
+        values = [float(score) for _, score in pairs]
+        joined = "\n".join(ids) + "\n" if ids else ""
+        if joined.count("\n") == len(ids) and _ALL_IDS.fullmatch(joined) and \
+                math.isfinite(math.fsum(values)):
+            return Members(dict(zip(ids, values, strict=True)))  # the usual case, at a change
+    except (TypeError, ValueError, OverflowError):
+        pass
     scores: dict[str, float] = {}
     bad = 0
     for member, score in pairs:

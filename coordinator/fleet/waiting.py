@@ -6,11 +6,15 @@ between the two; with ``Fleet.listen()`` it is subscribed already and reads no r
 follows the acknowledgements as they come, with a slow poll of the silent replicas' records as
 a fallback. No step does a round trip per replica.
 
-The final word on each replica is its record, not an acknowledgement alone: the replicas of a
-fleet share one Redis user, so one could publish another's acknowledgement. When the
-acknowledgements would end the wait, the records of the replicas that only acknowledgements
-vouched for are checked in one script call (``CONFIRM_LUA``, which answers with the few that
-do not agree); one whose record disagrees is waited for on its record alone.
+The replicas of a fleet share one Redis user, so one could publish another's acknowledgement.
+The final word on a replica that ``wait`` read the record of (a straggler: its record said it
+had not got there) is therefore its record, not an acknowledgement alone: when the
+acknowledgements would end the wait, the records of those replicas are checked in one script
+call (``CONFIRM_LUA``, which answers with the few that disagree), and one whose record
+disagrees is waited for on its record alone. That read is one round trip at the end of a wait
+that read records anyway (``wait`` subscribing for itself reads every record at its start).
+A listening ``Fleet`` whose replicas all acknowledge in time reads no record at all (the fast
+path, no round trip added): there an acknowledgement is taken as it comes.
 """
 
 from __future__ import annotations
@@ -170,7 +174,7 @@ class _Run:
         next_fallback = time.monotonic() + self.poll_interval
         while True:
             if not self.pending:
-                unconfirmed = [r for r in self.required if not self.views[r].confirmed]
+                unconfirmed = [r for r in self.required if self.views[r].needs_check]
                 if not unconfirmed:
                     break
                 await self._confirm(unconfirmed)
@@ -203,6 +207,8 @@ class _Run:
 
     async def _fallback(self) -> None:
         """Read the pending replicas' records, and any replica new to the set."""
+        log.debug("fleet %s: polling the records of %d pending replicas", self.w.keys.fleet,
+                  len(self.pending))
         members = (await self.w.reads.members()).scores
         for r in [r for r in self.pending if r not in members]:  # stopped cleanly (left the set)
             self.pending.discard(r)
@@ -221,9 +227,9 @@ class _Run:
                 self.pending.add(r)
 
     async def _final_word(self) -> None:
-        """The records of whoever is still pending (for an accurate why) and of whoever only
-        acknowledgements vouched for, in one read."""
-        unconfirmed = {r for r in self.required if not self.views[r].confirmed}
+        """The records of whoever is still pending (for an accurate why) and of the stragglers
+        acknowledgements vouched for since their records were read, in one read."""
+        unconfirmed = {r for r in self.required if self.views[r].needs_check}
         ids = sorted(self.pending | unconfirmed)
         if not ids:
             return
@@ -248,6 +254,8 @@ class _Run:
     async def _confirm(self, ids: Sequence[str]) -> None:
         """Check the records of replicas resolved by acknowledgements, in one script call per
         batch that answers only with those that disagree."""
+        log.debug("fleet %s: checking the records of %d replicas against their acks",
+                  self.w.keys.fleet, len(ids))
         args = [str(self.version), "1" if self.pause else "0",
                 R_APPLIED_VERSION, R_FLEET_HELD, R_QUIET, *_WAIT_FIELDS]
         reads = self.w.reads
