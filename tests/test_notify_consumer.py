@@ -8,13 +8,19 @@ servers watch it; a wait that ended with stragglers is announced."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import httpx
 import redis.asyncio as aioredis
 
+from coordinator.demo.localredis import free_port
 from coordinator.fleet.fleet import Fleet
 from coordinator.notify.alerts import Alerts
 from coordinator.notify.consumer import Notifier
@@ -23,8 +29,9 @@ from coordinator.web.api import create_app
 from coordinator.web.metrics import OverdueWatcher
 from replica.contract import Keys
 from tests.apikit import client_for, make_settings
-from tests.fleetkit import replicas, run_cli
+from tests.fleetkit import replicas, run_cli, until
 from tests.notifykit import SECRET, Hook, settle, verify
+from tests.procs import Processes
 
 
 def quick(*urls: str, **extra: Any) -> NotifySettings:
@@ -216,3 +223,58 @@ async def test_a_notifier_finds_its_group_again_after_redis_forgot_it(
         await fleet.pause("after", by="alice")
         await hook.wait_for(2)
     assert [r.json()["reason"] for r in hook.requests] == ["before", "after"]
+
+
+async def test_two_fleetgate_serve_processes_announce_each_change_once_a_cli_change_included(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str, processes: Processes, tmp_path: Path
+) -> None:
+    done = await asyncio.to_thread(
+        run_cli, "pause", "--reason", "before any server", "--by", "carol",
+        redis_url=redis_url, fleet=fleet_name,
+    )
+    assert done.returncode == 0, done.stderr
+    async with Hook() as hook:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETGATE_")}
+        env.update({
+            "FLEETGATE_REDIS_URL": redis_url, "FLEETGATE_FLEET": fleet_name,
+            "FLEETGATE_ADMIN_TOKEN": "t" * 24, "FLEETGATE_WEBHOOK_URLS": hook.url,
+            "FLEETGATE_WEBHOOK_SECRET": SECRET,
+        })
+        ports = [free_port(), free_port()]
+        for i, port in enumerate(ports):
+            with (tmp_path / f"serve-{i}.log").open("w") as log:
+                processes.start(
+                    [sys.executable, "-m", "coordinator", "serve", "--port", str(port)],
+                    env=env, stdout=subprocess.DEVNULL, stderr=log,
+                )
+        async with httpx.AsyncClient(timeout=2) as client:
+            for port in ports:  # both up before the changes: another process, no event to wait on
+
+                async def up(port: int = port) -> bool:
+                    try:
+                        return (await client.get(f"http://127.0.0.1:{port}/healthz")).is_success
+                    except httpx.HTTPError:
+                        return False
+
+                await until(up, timeout=30)
+        await hook.wait_for(1)
+        fleet = Fleet(redis, fleet_name)
+        await fleet.resume(by="alice")
+        for i in range(3):
+            await fleet.pause(f"drill {i}", by="alice")
+            await fleet.resume(by="alice")
+        await hook.wait_for(8)
+
+        async def all_acked() -> bool:  # the servers are other processes: no event to wait on
+            audit = Keys(fleet_name).audit
+            (group,) = await redis.xinfo_groups(audit)
+            (last,) = await redis.xrevrange(audit, count=1)
+            return bool(group["pending"] == 0 and group["last-delivered-id"] == last[0])
+
+        await until(all_acked)
+        logs = "".join((tmp_path / f"serve-{i}.log").read_text() for i in range(2))
+    bodies = [r.json() for r in hook.requests]
+    assert len(bodies) == 8 and len({b["id"] for b in bodies}) == 8, logs
+    assert bodies[0]["reason"] == "before any server" and bodies[0]["by"] == "carol"
+    assert all(verify(SECRET, r.body, r.headers["x-fleetgate-signature"]) for r in hook.requests)
+    assert logs.count("notifying 1 receiver(s)") == 2
