@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: demo test bench lint typecheck clean install
+.PHONY: demo test bench chaos chaos-ci lint typecheck clean install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,9 +35,19 @@ test: $(TSTAMP)
 	$(VENV)/bin/ruff check replica coordinator tests bench
 	$(VENV)/bin/mypy
 	$(PY) -m pytest
+	$(MAKE) chaos-ci
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+# Ten minutes of faults against a real fleet, then the history checker (bench/chaos).
+chaos: $(STAMP)
+	$(PY) -m bench.chaos --duration 600
+
+# The 60 s run of `make test`: its seed comes from the commit (git rev-parse HEAD, or the time
+# outside a git checkout) and is printed, so a failure can be replayed with --seed N.
+chaos-ci: $(STAMP)
+	$(PY) -m bench.chaos --seed commit --duration 60
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -40,16 +40,16 @@ class ToldToFail(Exception):
     """The item asked to fail."""
 
 
-_writers: dict[int, HistoryWriter] = {}
+_writers: dict[Path, HistoryWriter] = {}
 
 
 def writer_for(ctx: HandlerContext) -> HistoryWriter:
     """This process's history file (one per process, opened at its first item)."""
-    pid = os.getpid()
-    found = _writers.get(pid)
+    root = Path(os.environ.get(HISTORY_ENV) or ".")
+    path = root / f"replica-{ctx.replica_id}-{os.getpid()}.jsonl"
+    found = _writers.get(path)
     if found is None:
-        root = Path(os.environ.get(HISTORY_ENV) or ".")
-        found = _writers[pid] = HistoryWriter(root / f"replica-{ctx.replica_id}-{pid}.jsonl")
+        found = _writers[path] = HistoryWriter(path)
     return found
 
 

@@ -72,6 +72,16 @@ class Injector:
         with contextlib.suppress(Exception):
             await self.admin.aclose()
 
+    async def abort(self) -> None:
+        """Stop at once: every fault task cancelled, nothing healed (the run's cleanup kills
+        what is left)."""
+        self.healing.set()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self.admin.aclose()
+
     async def _hold(self, seconds: float) -> None:
         """Wait the fault's duration (less when stopping)."""
         with contextlib.suppress(TimeoutError):

@@ -138,20 +138,25 @@ class ChaosRun:
             asyncio.create_task(self.injector.run(schedule, t0), name="chaos-injector"),
             asyncio.create_task(self._watch(), name="chaos-watchdog"),
         ]
+        over = False
         try:
             await asyncio.sleep(self.settings.duration)
+            over = True
         finally:
-            self.phase = "heal"
             tasks[0].cancel()
-            self.operator.stopping.set()  # the call under way ends (bounded), then no more
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(tasks[1]), OPERATOR_END_S)
-            tasks[1].cancel()
-            await self.injector.stop()
-            tasks[2].cancel()
-            await asyncio.gather(*tasks[:3], return_exceptions=True)
-            tasks[3].cancel()
-            await asyncio.gather(tasks[3], return_exceptions=True)
+            if over:  # the operator's call under way ends (bounded), the faults heal
+                self.phase = "heal"
+                self.operator.stopping.set()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(tasks[1]), OPERATOR_END_S)
+                tasks[1].cancel()
+                await self.injector.stop()
+            else:  # interrupted: nothing heals, the cleanup kills everything
+                tasks[1].cancel()
+                await self.injector.abort()
+            for task in tasks[2:]:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _watch(self) -> None:
         """Notice a replica or Redis that exited on its own (rule 7 judges it) and start it

@@ -255,12 +255,16 @@ class Timeline:
             self._apply(life.pid, at, int(e["version"]), e.get("in_flight"))
 
     def _apply(self, pid: int, t: float, version: int, in_flight: Any) -> None:
+        """The earliest time seen for the apply, and the pool's count at it (a count read a
+        moment later is a lower bound: a held pool only empties)."""
         known = self.applies.get((pid, version))
         count = None if in_flight is None else int(in_flight)
-        if known is None or t < known.t:
+        if known is None:
             self.applies[(pid, version)] = Apply(t, version, count)
-        elif known.in_flight is None and abs(t - known.t) < 0.002:
+            return
+        if count is not None and (known.in_flight is None or t < known.t):
             known.in_flight = count
+        known.t = min(known.t, t)
 
     def _point_pid(self, pid: int, t: float, version: int, source: str) -> None:
         if version >= 0:
