@@ -103,8 +103,8 @@ async def test_an_event_being_retried_is_not_taken_over_by_another_server(
 ) -> None:
     fleet = Fleet(redis, fleet_name)
     # fails for longer than claim_idle: its server renews its claim meanwhile
-    slow = quick(backoff=0.15, backoff_max=0.3, claim_idle=0.3)
-    async with Hook([500] * 6 + [200]) as hook:
+    slow = quick(backoff=0.15, backoff_max=0.3, claim_idle=0.6)
+    async with Hook([500] * 8 + [200]) as hook:
         settings = quick(hook.url, **{k: getattr(slow, k) for k in
                                      ("backoff", "backoff_max", "claim_idle")})
         async with notifier(redis_url, fleet_name, settings, "server-a") as a:
@@ -113,7 +113,7 @@ async def test_an_event_being_retried_is_not_taken_over_by_another_server(
             async with notifier(redis_url, fleet_name, settings, "server-b") as b:
                 await hook.wait_for(1, accepted=True)
                 await settle(lambda: a.stats.acked >= 1, a)
-    assert len(hook.accepted) == 1 and len(hook.requests) == 7
+    assert len(hook.accepted) == 1 and len(hook.requests) == 9
     assert a.stats.delivered == 1 and b.stats.claimed == 0 and b.stats.delivered == 0
 
 

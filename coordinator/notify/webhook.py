@@ -192,7 +192,14 @@ class Receiver:
     async def _run(self) -> None:
         while True:
             delivery = await self._queue.get()
-            await self.deliver(delivery)
+            try:
+                await self.deliver(delivery)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug of ours: this delivery is lost, the next ones are not
+                self.stats.bump("given_up")
+                log.exception("webhook %s: %s event %s could not be delivered",
+                              self.label, delivery.event, delivery.event_id)
             delivery.done()
 
     def headers(self, body: bytes, delivery: Delivery) -> dict[str, str]:
