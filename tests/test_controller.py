@@ -74,6 +74,8 @@ def test_bad_arguments_are_refused_at_construction() -> None:
         FleetController(pool, client, "orders", "pod 1")
     with pytest.raises(ConfigError):
         FleetController(pool, client, "orders", "pod-1", poll_interval=0)
+    with pytest.raises(ConfigError, match="control_loss"):
+        FleetController(pool, client, "orders", "pod-1", control_loss="drop")  # type: ignore[arg-type]
 
 async def test_listeners_hear_every_applied_state_with_its_propagation(
     redis_url: str, redis: aioredis.Redis, fleet_name: str
@@ -191,7 +193,8 @@ def test_the_options_come_as_keywords_or_as_settings_but_not_both() -> None:
                                   host="h1", io_timeout=3.0)
     settings = ControllerSettings(poll_interval=0.5, host="h1", io_timeout=3.0)
     by_settings = FleetController(pool, client, "orders", "pod-1", settings=settings)
-    assert by_keywords.settings == by_settings.settings == settings
+    assert by_keywords.settings == by_settings.settings == settings.resolved()
+    assert by_settings.control_loss == "keep" and by_settings.control_loss_after == 1.5
     assert by_settings.poll_interval == 0.5 and by_settings.host == "h1"
     assert by_settings.io_timeout == 3.0 and by_settings.heartbeat_interval == 10.0
     with pytest.raises(ConfigError):

@@ -36,3 +36,25 @@ def test_the_host_and_the_io_timeout_are_derived_when_not_given() -> None:
     given = ControllerSettings(host="pod-host", io_timeout=0.5).resolved()
     assert given.host == "pod-host" and given.io_timeout == 0.5
     assert given.resolved() == given
+
+
+def test_control_loss_defaults_to_keep_after_three_polls() -> None:
+    assert DEFAULTS.control_loss == "keep" and DEFAULTS.control_loss_after is None
+    assert DEFAULTS.resolved().control_loss_after == 3.0
+    assert ControllerSettings(poll_interval=0.5).resolved().control_loss_after == 1.5
+    given = ControllerSettings(control_loss="hold", control_loss_after=7).resolved()
+    assert given.control_loss == "hold" and given.control_loss_after == 7.0
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"control_loss": "drop"}, "control_loss must be keep or hold"),
+        ({"control_loss_after": 0}, "control_loss_after"),
+        ({"control_loss_after": 1.0}, "must be longer than poll_interval"),
+        ({"poll_interval": 2.0, "control_loss_after": 1.5}, "must be longer than poll_interval"),
+    ],
+)
+def test_a_bad_control_loss_option_is_refused(options: dict[str, object], expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        ControllerSettings(**options)  # type: ignore[arg-type]

@@ -42,6 +42,7 @@ def test_the_defaults_are_the_documented_ones(monkeypatch: pytest.MonkeyPatch) -
     assert s.work_stream == "fleetgate:{default}:work"
     assert s.dead_stream == "fleetgate:{default}:dead"
     assert s.log_level == "INFO"
+    assert s.control_loss == "keep" and s.control_loss_after is None
 
 
 def test_environment_variables_set_every_value(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,6 +103,11 @@ def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
         ({"retry_backoff_max": "0"}, "FLEETGATE_RETRY_BACKOFF_MAX"),
         ({"log_level": "loud"}, "FLEETGATE_LOG_LEVEL: must be one of"),
         ({"stream": "has space"}, "FLEETGATE_STREAM"),
+        ({"control_loss": "drop"}, "FLEETGATE_CONTROL_LOSS: must be keep or hold (got 'drop')"),
+        ({"control_loss_after": "0"}, "FLEETGATE_CONTROL_LOSS_AFTER"),
+        ({"control_loss_after": "soon"}, "FLEETGATE_CONTROL_LOSS_AFTER"),
+        ({"control_loss_after": "1"}, "FLEETGATE_CONTROL_LOSS_AFTER (1 s) must be longer than "
+                                      "FLEETGATE_POLL_INTERVAL (1 s)"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_variable(
@@ -146,3 +152,21 @@ def test_the_markdown_table_lists_every_setting_with_its_default() -> None:
     assert len(lines) == 2 + len(ReplicaSettings.model_fields)
     assert "| `FLEETGATE_WORKERS` | `4` | Items handled at once. |" in lines
     assert any(line.startswith("| `FLEETGATE_REPLICA_ID` | (host name-pid)") for line in lines)
+
+
+async def test_control_loss_is_read_from_the_environment_and_reaches_the_controller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from replica.service.handlers import load_handler
+    from replica.service.service import ReplicaService
+
+    monkeypatch.setenv("FLEETGATE_CONTROL_LOSS", " HOLD ")
+    monkeypatch.setenv("FLEETGATE_CONTROL_LOSS_AFTER", "4.5")
+    s = load_settings({"insecure_no_auth": True})
+    assert (s.control_loss, s.control_loss_after) == ("hold", 4.5)
+    service = ReplicaService(s, load_handler("replica.demo:sleep"))
+    try:
+        controller = service.controller
+        assert (controller.control_loss, controller.control_loss_after) == ("hold", 4.5)
+    finally:
+        await service.redis.aclose()

@@ -12,7 +12,10 @@ One controller per replica, the façade over the parts that do the work:
   (the certainty: whatever came over the channel, the hash is applied), heartbeats in the same
   round trip, restores a lost state hash and is fail-static when Redis goes away;
 * ``ReplicaRecord`` (``replica.control.record``) and the ``Outbox``
-  (``replica.control.outbox``): what the replica writes about itself, at once on a change.
+  (``replica.control.outbox``): what the replica writes about itself, at once on a change;
+* ``ControlLoss`` (``replica.control.loss``): with ``control_loss="hold"``, the pool is held
+  by ``control-plane`` ("control plane lost since ...") once the state has not been read for
+  ``control_loss_after``, until it is read again.
 
 Until the first successful read of the state the pool is held by ``control-plane``
 ("syncing"), so a replica that starts during a pause takes nothing. ``start()`` returns once
@@ -37,7 +40,8 @@ from redis.asyncio import Redis
 from replica.contract import FleetState, Keys, validate_fleet, validate_replica_id
 from replica.control.applier import StateApplier, StateListener
 from replica.control.channel import ControlChannel
-from replica.control.options import DEFAULTS, ControllerSettings
+from replica.control.loss import ControlLoss
+from replica.control.options import DEFAULTS, ControllerSettings, ControlLossMode
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
 from replica.control.redisio import Link, cancel_bounded
@@ -86,6 +90,11 @@ class ControllerStats:
     last_poll_at: datetime | None
     propagation: float | None
     """Seconds from the state's change to this replica applying it (last value)."""
+    control_lost: bool = False
+    """The pool is held because the state was not read for ``control_loss_after``
+    (``control_loss="hold"``)."""
+    control_losses: int = 0
+    """Times the pool was held for that."""
 
 
 class FleetController:
@@ -114,12 +123,15 @@ class FleetController:
         start_timeout: float = DEFAULTS.start_timeout,
         pubsub_ping_interval: float = DEFAULTS.pubsub_ping_interval,
         reconnect_cap: float = DEFAULTS.reconnect_cap,
+        control_loss: ControlLossMode = DEFAULTS.control_loss,
+        control_loss_after: float | None = DEFAULTS.control_loss_after,
         settings: ControllerSettings | None = None,
     ) -> None:
         options = ControllerSettings(
             poll_interval=poll_interval, heartbeat_interval=heartbeat_interval, host=host,
             pause_timeout=pause_timeout, io_timeout=io_timeout, start_timeout=start_timeout,
             pubsub_ping_interval=pubsub_ping_interval, reconnect_cap=reconnect_cap,
+            control_loss=control_loss, control_loss_after=control_loss_after,
         )
         if settings is not None:
             if options != DEFAULTS:
@@ -145,8 +157,9 @@ class FleetController:
             ping_interval=s.pubsub_ping_interval, reconnect_cap=s.reconnect_cap,
             label=f"fleet {self._fleet} replica {self._replica_id}",
         )
+        self._loss = ControlLoss(s, pool, self._applier, self._fleet, self._replica_id)
         self._sync = SyncLoop(s, self._link, self._channel, self._record, self._outbox,
-                              self._applier, keys, self._replica_id)
+                              self._applier, self._loss, keys, self._replica_id)
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self._stopped = False
@@ -185,6 +198,21 @@ class FleetController:
     @property
     def reconnect_cap(self) -> float:
         return self._settings.reconnect_cap
+
+    @property
+    def control_loss(self) -> ControlLossMode:
+        """``keep`` (fail-static) or ``hold`` (hold the pool once the state goes unread)."""
+        return self._settings.control_loss
+
+    @property
+    def control_loss_after(self) -> float:
+        """Seconds without a read of the state before ``hold`` holds the pool."""
+        return self._loss.after
+
+    @property
+    def control_lost(self) -> bool:
+        """The pool is held because the state was not read for ``control_loss_after``."""
+        return self._loss.lost
 
     @property
     def fleet(self) -> str:
@@ -270,6 +298,8 @@ class FleetController:
             write_failures=sync.write_failures,
             last_poll_at=sync.last_poll_at,
             propagation=applier.propagation,
+            control_lost=self._loss.lost,
+            control_losses=self._loss.losses,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -325,6 +355,7 @@ class FleetController:
             return
         self._stopped = True
         self._outbox.open = False
+        self._loss.close()
         self._pool.remove_listener(self._applier.on_pool_event)
         await self._cancel_tasks()
         cleanup = asyncio.ensure_future(self._sync.remove_record(STOP_CLEANUP_S))

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, replace
+from typing import Final, Literal
 
 from replica.errors import ConfigError
+
+ControlLossMode = Literal["keep", "hold"]
+"""What a replica does once it has not read the fleet's state for ``control_loss_after``."""
+CONTROL_LOSS_MODES: Final[tuple[ControlLossMode, ...]] = ("keep", "hold")
+CONTROL_LOSS_POLLS: Final = 3
+"""``control_loss_after`` defaults to this many poll intervals."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,6 +31,13 @@ class ControllerSettings:
     """Seconds between full writes of the replica record (a change writes at once)."""
     host: str | None = None
     """The host name the record shows."""
+    control_loss: ControlLossMode = "keep"
+    """``keep``: a replica that cannot read the state keeps the one it applied (fail-static);
+    ``hold``: it holds its pool (source ``control-plane``) after ``control_loss_after``
+    without a read, until it reads the state again."""
+    control_loss_after: float | None = None
+    """Seconds without a read of the state before ``hold`` holds the pool (None: derived,
+    ``3 * poll_interval``)."""
     pause_timeout: float = 30.0
     """After this long under a pause with items still in flight, log it (once per pause)."""
     io_timeout: float | None = None
@@ -41,16 +55,23 @@ class ControllerSettings:
             raise ConfigError("poll_interval must be positive")
         if self.heartbeat_interval <= 0:
             raise ConfigError("heartbeat_interval must be positive")
+        if self.control_loss not in CONTROL_LOSS_MODES:
+            raise ConfigError(f"control_loss must be keep or hold, not {self.control_loss!r}")
+        after = self.control_loss_after
+        if after is not None and not after > self.poll_interval:
+            raise ConfigError(f"control_loss_after ({after} s) must be longer than "
+                              f"poll_interval ({self.poll_interval} s)")
 
     def resolved(self) -> ControllerSettings:
-        """These settings with the derived values filled in (``host``, ``io_timeout``) and the
-        intervals as floats."""
+        """These settings with the derived values filled in (``host``, ``io_timeout``,
+        ``control_loss_after``) and the intervals as floats."""
         return replace(
             self,
             poll_interval=float(self.poll_interval),
             heartbeat_interval=float(self.heartbeat_interval),
             host=self.host_name,
             io_timeout=self.round_trip_timeout,
+            control_loss_after=self.loss_after,
         )
 
     @property
@@ -63,8 +84,15 @@ class ControllerSettings:
         """``io_timeout``, or ``max(2 s, 2 * poll_interval)`` when it is None."""
         return self.io_timeout if self.io_timeout is not None else max(2.0, 2 * self.poll_interval)
 
+    @property
+    def loss_after(self) -> float:
+        """``control_loss_after``, or ``3 * poll_interval`` when it is None."""
+        after = self.control_loss_after
+        return float(after) if after is not None else CONTROL_LOSS_POLLS * self.poll_interval
+
 
 DEFAULTS = ControllerSettings()
 """The defaults (``FleetController``'s keyword arguments default to them)."""
 
-__all__ = ["DEFAULTS", "ControllerSettings"]
+__all__ = ["CONTROL_LOSS_MODES", "CONTROL_LOSS_POLLS", "DEFAULTS", "ControlLossMode",
+           "ControllerSettings"]

@@ -9,7 +9,10 @@ period after start is cut short by a random part, so replicas started together d
 step for good.
 
 Losing Redis is fail-static: the applied state stays, ``connected`` turns false (the record's
-``control`` field reads ``disconnected``), and the loop retries with jittered backoff. When the
+``control`` field reads ``disconnected``), and the loop retries with jittered backoff; with
+``control_loss="hold"`` the ``ControlLoss`` part (``replica.control.loss``) holds the pool
+once the state has not been read for ``control_loss_after``, and each read here releases it.
+When the
 state applier asks for it (the hash went missing or back in time), the loop restores the state
 hash from the applied state (create-if-absent, the newest version winning); without permission
 to write (the replica ACL), the failure is logged once and counted, and the replica stays as it
@@ -41,6 +44,7 @@ from replica.contract import (
 )
 from replica.control.applier import StateApplier
 from replica.control.channel import ControlChannel
+from replica.control.loss import ControlLoss
 from replica.control.options import ControllerSettings
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
@@ -65,6 +69,7 @@ class SyncLoop:
         record: ReplicaRecord,
         outbox: Outbox,
         applier: StateApplier,
+        loss: ControlLoss,
         keys: Keys,
         replica_id: str,
     ) -> None:
@@ -77,6 +82,7 @@ class SyncLoop:
         self._record = record
         self._outbox = outbox
         self._applier = applier
+        self._loss = loss
         self._keys = keys
         self._fleet = keys.fleet
         self._replica_id = replica_id
@@ -277,6 +283,7 @@ class SyncLoop:
                 self.polls += 1
                 self.last_poll_at = now_utc()
                 applier.on_poll(as_mapping(raw), poll_seq)
+                self._loss.on_read()  # after the state applied: a pause read keeps its hold
                 if self._sub_failed and applier.synced:
                     self.failed.set()
                 if sub_gen >= 0 and channel.subscribed and sub_gen == channel.generation:

@@ -101,6 +101,8 @@ class ReplicaService:
             heartbeat_interval=settings.heartbeat_interval,
             extra_fields=self._extra_fields,
             pause_timeout=settings.pause_timeout,
+            control_loss=settings.control_loss,
+            control_loss_after=settings.control_loss_after,
         )
         self.metrics = ReplicaMetrics(self.pool, control=self.controller, source=self.source)
         self.controller.add_listener(self.metrics.observe_propagation)

@@ -25,6 +25,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from replica.contract import Keys, validate_fleet, validate_replica_id
 from replica.contract.urls import check_redis_url
+from replica.control.options import CONTROL_LOSS_MODES, ControlLossMode
 from replica.errors import ConfigError
 
 REDIS_SCHEMES: Final = frozenset({"redis", "rediss", "unix"})
@@ -79,6 +80,16 @@ class ReplicaSettings(BaseSettings):
     """Seconds between writes of this replica's record."""
     pause_timeout: float = Field(default=30.0, gt=0, le=86_400)
     """Seconds a pause (and the SIGTERM drain) waits for in-flight items."""
+    control_loss: ControlLossMode = "keep"
+    """What a replica does when it cannot read the fleet state: keep (fail-static: it keeps the
+    state it applied; right when Redis is shared and an outage is fleet-wide) or hold (after
+    control_loss_after without a read it holds its pool, source control-plane, until it reads
+    the state again; right when one replica can be cut off alone while the fleet is paused)."""
+    control_loss_after: float | None = Field(
+        default=None, gt=0, le=86_400, json_schema_extra={"doc_default": "3 × poll_interval"}
+    )
+    """Seconds without a read of the fleet state before control_loss=hold holds the pool
+    (longer than poll_interval)."""
     admin_token: SecretStr | None = None
     """Bearer token for the admin routes (/pool*); required unless insecure_no_auth."""
     insecure_no_auth: bool = False
@@ -149,6 +160,14 @@ class ReplicaSettings(BaseSettings):
             raise ValueError("a stream key is 1 to 512 printable characters without spaces")
         return value
 
+    @field_validator("control_loss", mode="before")
+    @classmethod
+    def _control_loss(cls, value: Any) -> Any:
+        mode = value.strip().lower() if isinstance(value, str) else value
+        if mode not in CONTROL_LOSS_MODES:
+            raise ValueError(f"must be {' or '.join(CONTROL_LOSS_MODES)}")
+        return mode
+
     @field_validator("log_level")
     @classmethod
     def _log_level(cls, value: str) -> str:
@@ -163,6 +182,17 @@ class ReplicaSettings(BaseSettings):
             raise ValueError(
                 "FLEETGATE_ADMIN_TOKEN is not set: the admin routes need a token "
                 "(or start with --insecure-no-auth to serve them without one)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _loss_after_poll(self) -> ReplicaSettings:
+        after = self.control_loss_after
+        if after is not None and after <= self.poll_interval:
+            raise ValueError(
+                f"FLEETGATE_CONTROL_LOSS_AFTER ({after:g} s) must be longer than "
+                f"FLEETGATE_POLL_INTERVAL ({self.poll_interval:g} s): the pool would be held "
+                "between two reads of the fleet state"
             )
         return self
 
