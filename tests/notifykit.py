@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,8 +45,12 @@ class Request:
 class Hook:
     """One receiver on 127.0.0.1: ``async with Hook([500, 200]) as hook: hook.url``."""
 
-    def __init__(self, answers: list[int | None] | None = None, path: str = "/hook") -> None:
+    def __init__(
+        self, answers: list[int | None] | None = None, path: str = "/hook",
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.answers = list(answers or [200])
+        self.tls = tls
         self.path = path
         self.requests: list[Request] = []
         self.holding = 0
@@ -58,9 +63,9 @@ class Hook:
         self.url = ""
 
     async def __aenter__(self) -> Hook:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.tls)
         port = self._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}{self.path}"
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{port}{self.path}"
         return self
 
     async def __aexit__(self, *exc: object) -> None:

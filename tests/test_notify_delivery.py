@@ -4,16 +4,22 @@ hangs while the fleet is paused through the API."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import shutil
+import ssl
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 from coordinator.fleet.fleet import Fleet
+from coordinator.notify import webhook
 from coordinator.notify.consumer import Notifier
 from coordinator.notify.settings import NotifySettings
 from coordinator.web.api import create_app
@@ -228,3 +234,35 @@ async def test_notifications_do_not_wait_for_each_other_across_receivers(
         stuck.release()
         await stuck.wait_for(5)
     assert [r.json()["reason"] for r in stuck.requests] == [f"reason {i}" for i in range(5)]
+
+
+async def test_an_https_receiver_gets_the_same_signed_body_over_verified_tls(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl command to make a certificate with")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    await asyncio.to_thread(
+        subprocess.run,
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    # the notifier's client trusts what the system trusts: here, this certificate
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    monkeypatch.setattr(webhook, "_ssl_context", None)
+    fleet = Fleet(redis, fleet_name)
+    async with Hook(tls=server_tls) as hook, \
+            notifier(redis_url, fleet_name, quick(hook.url)) as n:
+        assert hook.url.startswith("https://")
+        await fleet.pause("over tls", by="alice")
+        await hook.wait_for(1)
+        await settle(lambda: n.stats.delivered >= 1, n)
+    (request,) = hook.requests
+    assert request.json()["reason"] == "over tls"
+    assert verify(SECRET, request.body, request.headers["x-fleetgate-signature"])
