@@ -1392,3 +1392,29 @@ def test_the_codes_key_layout_gets_the_intended_permissions(
     acl_user = replica_user(FLEET) if user == "replica" else user
     verdict = admin.execute_command("ACL", "DRYRUN", acl_user, *args)
     assert (verdict == "OK") is allowed, f"{acl_user}: {' '.join(args)} -> {verdict}"
+
+
+async def test_the_notifier_reads_the_audit_trail_as_the_coordinator_with_nothing_refused(
+    server: Server, admin: redis.Redis, fleet_of_coordinator: Fleet
+) -> None:
+    """``fleetgate serve`` with FLEETGATE_WEBHOOK_URLS: its consumer group reads the audit and
+    events streams, delivers, acknowledges, claims, all under the coordinator's rules."""
+    from coordinator.notify.consumer import Notifier
+    from coordinator.notify.settings import NotifySettings
+    from tests.notifykit import SECRET, Hook, verify
+
+    fleet = fleet_of_coordinator
+    admin.acl_log_reset()
+    client = server.async_client("coordinator")
+    try:
+        async with Hook() as hook:
+            settings = NotifySettings(urls=(hook.url,), secret=SECRET.encode(), block=0.2)
+            async with Notifier(client, fleet.name, settings):
+                await fleet.pause("acl notify", by="tester")
+                await hook.wait_for(1, accepted=True)
+            body = hook.requests[0]
+            assert verify(SECRET, body.body, body.headers["x-fleetgate-signature"])
+            assert body.json()["event"] == "pause"
+    finally:
+        await client.aclose()
+    assert _acl_log(admin) == []
