@@ -18,7 +18,8 @@ OPERATOR_SOURCE: Final = "operator"
 FLEET_SOURCE: Final = "fleet"
 """The fleet's pause (``FleetController``)."""
 CONTROL_PLANE_SOURCE: Final = "control-plane"
-"""Held until the controller's first successful read of the fleet's state ("syncing")."""
+"""Held until the controller's first successful read of the fleet's state ("syncing"), and,
+with ``FLEETGATE_CONTROL_LOSS=hold``, while it has not read the state for too long."""
 BREAKER_SOURCE: Final = "breaker"
 """A dependency's circuit breaker is open (``follow_breaker``)."""
 
