@@ -551,6 +551,140 @@ async def test_runs_other_replicas_started_count_and_the_dead_letter_says_how_ma
     assert not await redis.hexists(f"{keys.prefix}:runs", entry)
 
 
+async def test_an_item_whose_runs_are_used_up_is_dead_lettered_without_running(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str
+) -> None:
+    keys = Keys(fleet_name)
+    (entry,) = await enqueue(redis, fleet_name, 1)
+    # Four replicas ran it and died during the run: with three retries, nothing is left.
+    await redis.hset(keys.runs, entry, 4)
+    rec = Recorder()
+    settings = make_settings(redis_url, fleet_name, max_retries=3)
+    async with running(settings, rec) as source:
+        await until(lambda: _true(source.stats().dead_lettered == 1))
+    assert rec.started == []
+    [(_, fields)] = await redis.xrange(keys.dead)
+    assert fields["runs"] == "4" and fields["entry"] == entry
+    assert fields["error"] == "4 runs started and none of them finished"
+    assert not await redis.hexists(keys.runs, entry)
+    assert await pending_count(redis, fleet_name) == 0
+
+
+async def test_a_run_cut_off_by_the_replicas_own_stop_gives_its_run_back(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str
+) -> None:
+    keys = Keys(fleet_name)
+    (entry,) = await enqueue(redis, fleet_name, 1)
+    never = asyncio.Event()
+    rec = Recorder(never)
+    source = StreamSource(redis, make_settings(redis_url, fleet_name), rec)
+    await source.pool.start()
+    await source.start()
+    try:
+        await rec.wait(lambda: rec.started == ["i0"])
+        await until(lambda: _equals(redis.hget(keys.runs, entry), "1"))  # the run is counted
+    finally:
+        await source.stop(timeout=0.2)  # cuts the run off
+    assert source.pool.stats().cancelled == 1
+    assert await redis.hget(keys.runs, entry) == "0"  # given back
+    assert await pending_count(redis, fleet_name) == 1  # left pending for another replica
+
+
+# ---------------------------------------------------------------------------- nothing is
+# awaited between the pool handing an item over and its handler (no start after a pause)
+
+
+async def test_a_handler_starts_at_once_while_redis_holds_writes_back(
+    private_redis: Any, fleet_name: str
+) -> None:
+    """The run count is sent, not awaited, before the handler: with Redis holding every write
+    (``CLIENT PAUSE ... WRITE``, as a failover does), an item's handler still starts at once,
+    not once its ``HINCRBY`` is answered or given up (a give-up is a Redis error)."""
+    admin = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
+    client = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
+    await enqueue(admin, fleet_name, 2)
+    gate = asyncio.Event()
+    errors_at_start: dict[str, int] = {}
+    changed = asyncio.Event()
+
+    async def handler(item: Any) -> None:
+        errors_at_start[item["id"]] = source.stats().redis_errors
+        changed.set()
+        if item["id"] == "i0":
+            await gate.wait()
+
+    # One worker; a lease round only every 200 s, so no other command waits on Redis here.
+    settings = make_settings(private_redis.url, fleet_name, workers=1, queue_size=2,
+                             claim_idle=600.0)
+    source = StreamSource(client, settings, handler)
+    await source.pool.start()
+    await source.start()
+    try:
+        # i0 runs, i1 waits in the pool; the pool is held, i0 ends and is acknowledged.
+        await until(lambda: _true("i0" in errors_at_start and source.pool.queued == 1))
+        source.pool.hold("maintenance", "operator")
+        gate.set()
+        await source.pool.wait_quiet(15.0)
+        await until(lambda: _equals(pending_count(admin, fleet_name), 1))
+        errors_before = source.stats().redis_errors
+        await admin.execute_command("CLIENT", "PAUSE", "60000", "WRITE")
+        try:
+            source.pool.resume("operator")
+            async with asyncio.timeout(30.0):
+                while "i1" not in errors_at_start:
+                    changed.clear()
+                    await changed.wait()
+        finally:
+            await admin.execute_command("CLIENT", "UNPAUSE")
+        assert errors_at_start["i1"] == errors_before, "i1 started only once its count gave up"
+        await until(lambda: _zero(pending_count(admin, fleet_name)))
+        assert source.stats().done == 2
+    finally:
+        try:
+            await source.stop(timeout=5.0)
+        finally:
+            await client.aclose()
+            await admin.aclose()
+
+
+@pytest.mark.parametrize("item_timeout", [None, 30.0], ids=["no deadline", "a deadline"])
+async def test_a_pause_at_the_first_chance_after_the_pool_hands_an_item_over_finds_it_running(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str, item_timeout: float | None
+) -> None:
+    """The pool pops an item and calls the source in one step; the source must enter the
+    user's handler in that same step. A hold applied at the very next turn of the loop (as
+    the controller applies a pause) must find the handler entered, never about to be."""
+    await enqueue(redis, fleet_name, 1)
+    paused_at_entry: list[bool] = []
+    entered = asyncio.Event()
+
+    async def handler(item: Any) -> None:
+        paused_at_entry.append(pool.paused)
+        entered.set()
+
+    source = StreamSource(redis, make_settings(redis_url, fleet_name,
+                                               item_timeout=item_timeout), handler)
+    pool = source.pool
+
+    async def hold_at_the_first_chance() -> None:
+        # Looks at every turn of the loop: no event could wake it any sooner.
+        while pool.in_flight == 0:  # noqa: ASYNC110 - the turn after the hand-over is the point
+            await asyncio.sleep(0)
+        pool.hold("pause applied", "fleet")
+
+    holding = asyncio.create_task(hold_at_the_first_chance())
+    await pool.start()
+    await source.start()
+    try:
+        async with asyncio.timeout(15.0):
+            await holding
+            await entered.wait()
+    finally:
+        holding.cancel()
+        await source.stop(timeout=5.0)
+    assert paused_at_entry == [False]
+
+
 # ---------------------------------------------------------------------------- retries back
 # off (issue 11, B.5)
 

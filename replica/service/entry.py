@@ -12,6 +12,7 @@ wrote it, byte for byte, and every other field of the entry as ``field:<name>``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,10 +46,15 @@ class WorkItem:
     via: str
     """How it arrived: "read", "claim" (from a silent replica) or "history" (own pending)."""
     runs: int = 0
-    """Runs of the handler started for it, on every replica, this one's current run included
-    (the runs hash); counted here alone when Redis could not answer."""
+    """Runs of the handler started for it, on every replica (the runs hash): read with its batch
+    at admission, one more as a run starts (this one's current run included), then the count
+    Redis answered for that run; counted here alone when Redis could not answer."""
     counted: bool = False
-    """The current run is in the runs hash (a run given back must be taken out of it)."""
+    """The current run is in the runs hash (a run given back must be taken out of it). Known
+    once the run is settled (``Ledger.settle_run``)."""
+    counting: asyncio.Task[None] | None = None
+    """The current run's ``HINCRBY``, sent without being awaited before the handler, until the
+    run is settled."""
     succeeded: bool = False
 
 

@@ -1,20 +1,29 @@
 """Ledger: what a replica writes to Redis about the work entries in its hands.
 
-* **Run counts** (``fleetgate:{NAME}:runs``, a hash: entry id -> runs started). Before each run
-  of the handler the source calls ``begin_run`` (``HINCRBY``); the reply is the item's run count
-  on every replica, this run included. Reads, claims and hand-backs do not touch it, so a retry
-  decision counts runs of the handler, never deliveries. A run that was not the item's doing (the
-  dependency was down, the replica's own stop cut it off) is given back (``end_run``, ``HINCRBY
-  -1``). A run that kills its replica stays counted: an item that keeps doing so is
-  dead-lettered like any other failing item. The count is deleted with the entry's ``XACK``.
+* **Run counts** (``fleetgate:{NAME}:runs``, a hash: entry id -> runs started). The source knows
+  each item's count before its run without asking Redis then: ``learn_runs`` reads the counts of
+  each batch it reads or claims with one ``HMGET``, at admission (an entry the hash does not
+  know has 0 runs). Nothing is awaited between the pool handing an item over and the user's
+  handler being entered (so no item starts after a pause, by construction): ``begin_run``
+  counts the run here at once and *schedules* the ``HINCRBY`` as a task, which is sent when the
+  handler first yields to the event loop (its first await that waits); after the handler ends,
+  ``settle_run`` waits for that task (bounded by its own timeout) and takes its reply, the
+  item's run count on every replica, this run included. So a handler that crashes its process
+  before its first await may leave that run uncounted: its item is not dead-lettered for such
+  runs and goes on being claimed. Reads, claims and hand-backs do not touch the hash, so a
+  retry decision counts runs of the handler, never deliveries. A run that was not the item's
+  doing (the dependency was down, the replica's own stop cut it off) is given back (``end_run``,
+  ``HINCRBY -1``). A run that kills its replica (once its count went out) stays counted: an item
+  that keeps doing so is dead-lettered like any other failing item. The count is deleted with
+  the entry's ``XACK`` (sent only once the run's ``HINCRBY`` was answered or given up).
 * **Acks**: ``XACK`` and the ``HDEL`` of the count in one round trip. An ack that cannot reach
   Redis waits in ``unacked`` and goes out with the next lease round (``flush``); ``acking`` holds
   the ids whose ack is on its way, so the replica's own claim sweep never takes them again.
 * **Leases**: ``renew`` resets the idle time of the entries the replica still owns (``XCLAIM
   ... JUSTID``, after an ``XPENDING`` per entry) and says which ones another replica took.
 
-A replica that may not write the runs hash (an ACL without ``fleetgate:{NAME}:runs``) logs it
-once and counts runs in memory only (``runs_enabled`` turns False).
+A replica that may not read or write the runs hash (an ACL without ``fleetgate:{NAME}:runs``)
+logs it once and counts runs in memory only (``runs_enabled`` turns False).
 """
 
 from __future__ import annotations
@@ -26,11 +35,22 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.client import NEVER_DECODE
 from redis.exceptions import NoPermissionError, RedisError, ResponseError
 
 from replica.service.entry import WorkItem
 
 log = logging.getLogger(__name__)
+
+
+def _count_of(value: bytes | str | None) -> int:
+    """A count from the runs hash (raw bytes, or None when absent): 0 unless a positive int."""
+    if value is None:
+        return 0
+    try:
+        return max(int(value), 0)
+    except ValueError:
+        return 0
 
 
 def _refused(exc: BaseException) -> bool:
@@ -64,20 +84,60 @@ class Ledger:
         """Done (or gone from the stream), their XACK not answered yet: retried by ``flush``."""
         self.acking: set[str] = set()
         """Done, their XACK sent and not answered yet."""
+        self._counting: set[asyncio.Task[None]] = set()
+        """Run counts (``HINCRBY``) sent and not answered yet."""
 
     # ------------------------------------------------------------------ runs
 
-    async def begin_run(self, work: WorkItem) -> None:
-        """Count a run of ``work``: ``work.runs`` becomes its count on every replica. If Redis
-        does not answer, the run is counted here only (the item runs all the same)."""
-        work.counted = False
-        if not self.runs_enabled:
-            work.runs += 1
+    async def learn_runs(self, works: Sequence[WorkItem], timeout: float) -> None:
+        """Set each item's ``runs`` to its count in the runs hash (one ``HMGET``), at admission,
+        off the start path. If Redis does not answer within ``timeout`` seconds, the counts stay
+        0 until the first run's ``HINCRBY`` answers (an item whose runs are used up may then
+        run once more)."""
+        if not works or not self.runs_enabled:
             return
         try:
-            runs = await self._redis.hincrby(self.runs_key, work.entry_id, 1)
-        except (RedisError, OSError) as exc:
-            work.runs += 1
+            async with asyncio.timeout(timeout):
+                counts = await self._redis.execute_command(  # type: ignore[no-untyped-call]
+                    "HMGET", self.runs_key, *(work.entry_id for work in works),
+                    **{NEVER_DECODE: True},
+                )
+        except (RedisError, OSError, TimeoutError) as exc:
+            if _refused(exc):
+                self._refuse_runs(exc)
+            else:
+                self._counts["redis_errors"] += 1
+                log.warning("reading the run counts of %d entries failed (%s): taken as 0 "
+                            "until their runs are counted", len(works), exc)
+            return
+        for work, count in zip(works, counts, strict=True):
+            work.runs = _count_of(count)
+
+    def begin_run(self, work: WorkItem, timeout: float) -> None:
+        """Count a run of ``work`` without waiting for Redis: ``work.runs`` goes up by one here
+        at once and the ``HINCRBY`` is scheduled as a task, sent when the caller first yields
+        to the event loop and bounded by ``timeout`` seconds. Call ``settle_run`` after the run:
+        then ``work.runs`` is its count on every replica (or counted here only, when Redis did
+        not answer) and ``work.counted`` says whether the hash has this run.
+
+        The caller may enter the user's handler right after this returns, in the same step:
+        a handler that crashes its process before its first await leaves this run uncounted."""
+        work.runs += 1
+        work.counted = False
+        if not self.runs_enabled:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._count(work, timeout), name=f"count-run-{work.entry_id}"
+        )
+        work.counting = task
+        self._counting.add(task)
+        task.add_done_callback(self._counting.discard)
+
+    async def _count(self, work: WorkItem, timeout: float) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                runs = await self._redis.hincrby(self.runs_key, work.entry_id, 1)
+        except (RedisError, OSError, TimeoutError) as exc:
             if _refused(exc):
                 self._refuse_runs(exc)
             else:
@@ -88,14 +148,33 @@ class Ledger:
         work.runs = max(int(runs), 1)
         work.counted = True
 
+    async def settle_run(self, work: WorkItem) -> None:
+        """Wait until the ``HINCRBY`` of ``work``'s current run is answered or given up (at
+        most the ``timeout`` given to ``begin_run``). Cancelling the wait leaves the count
+        going."""
+        task = work.counting
+        if task is None:
+            return
+        if not task.done():
+            await asyncio.wait((task,))
+        work.counting = None
+
+    async def settle_all(self) -> None:
+        """Wait until every run's count is answered or given up (at a stop)."""
+        if self._counting:
+            await asyncio.wait(set(self._counting))
+
     async def end_run(self, work: WorkItem) -> None:
-        """Give back the current run of ``work``: it did not fail by the item's doing."""
+        """Give back the current run of ``work`` (settled): it did not fail by the item's
+        doing."""
         work.runs = max(work.runs - 1, 0)
         if work.counted:
             work.counted = False
             await self._redis.hincrby(self.runs_key, work.entry_id, -1)
 
     def _refuse_runs(self, exc: BaseException) -> None:
+        if not self.runs_enabled:  # said once
+            return
         self.runs_enabled = False
         log.warning(
             "this replica may not write %s (%s): runs are counted in memory only, so a "

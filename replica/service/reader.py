@@ -12,8 +12,10 @@ The two commands that return entries are sent with redis-py's ``NEVER_DECODE`` o
 the client's ``decode_responses``: their replies are raw bytes, so no entry's bytes can make a
 read fail, and each entry is decoded on its own (``replica.service.entry.decode``). An entry that
 cannot be decoded goes to the dead-letter stream at once, whole, with the reason, and the others
-of its batch are taken as usual: no entry can stop the reader. A Redis error
-makes it wait (0.1 s doubling up to 5 s) and try again.
+of its batch are taken as usual: no entry can stop the reader. The run counts of the entries of
+each batch are read with one ``HMGET`` before they go into the pool (``Ledger.learn_runs``), so
+the start of a run waits for no round trip. A Redis error makes it wait (0.1 s doubling up to
+5 s) and try again.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import redis.asyncio as aioredis
@@ -32,7 +34,14 @@ from redis.exceptions import RedisError, ResponseError
 
 from replica.contract import WORK_GROUP
 from replica.service.deadletter import DeadLetters
-from replica.service.entry import MalformedEntry, RawFields, decode, read_entries, text
+from replica.service.entry import (
+    MalformedEntry,
+    RawFields,
+    WorkItem,
+    decode,
+    read_entries,
+    text,
+)
 from replica.service.holdings import Holdings
 from replica.service.ledger import Ledger
 from replica.service.settings import ReplicaSettings
@@ -172,10 +181,9 @@ class StreamReader:
             self._next_claim = now + max(self.claim_idle / 2, 0.05)
         else:
             self._claim_cursor = cursor
-        got = 0
-        for entry_id, fields in reply[1] or []:
-            if entry_id is not None and await self._admit(text(entry_id), fields, "claim"):
-                got += 1
+        entries = [(text(entry_id), fields) for entry_id, fields in reply[1] or []
+                   if entry_id is not None]
+        got = await self._admit(entries, "claim")
         if got:
             log.info("claimed %d items idle for over %ss on %s", got, self.claim_idle, self.stream)
         return got
@@ -196,35 +204,49 @@ class StreamReader:
                 self._history_cursor = None
                 return 0
             self._history_cursor = text(entries[-1][0])
-        got = 0
-        for entry_id, fields in entries:
-            if await self._admit(text(entry_id), fields, "history" if history else "read"):
-                got += 1
+        got = await self._admit([(text(entry_id), fields) for entry_id, fields in entries],
+                                "history" if history else "read")
         if history and got:
             log.info("recovered %d of this replica's own pending items", got)
         return got
 
-    async def _admit(self, entry_id: str, fields: RawFields | None, via: str) -> bool:
+    async def _admit(self, entries: Sequence[tuple[str, RawFields | None]], via: str) -> int:
+        """Hold a batch: each entry decoded on its own (a malformed one is dead-lettered), the
+        run counts of the good ones read with one ``HMGET`` (so a run needs no round trip
+        before its handler), then each queued in the pool. How many were taken."""
+        works: list[WorkItem] = []
+        for entry_id, fields in entries:
+            work = await self._decode(entry_id, fields, via)
+            if work is not None:
+                works.append(work)
+        if not works:
+            return 0
+        await self._ledger.learn_runs(works, REDIS_OP_TIMEOUT_S)
+        got = 0
+        for work in works:
+            if self.holdings.take(work):
+                got += 1
+        self._counts[VIA_COUNTER[via]] += got
+        return got
+
+    async def _decode(self, entry_id: str, fields: RawFields | None, via: str) -> WorkItem | None:
+        """The item of one entry of a batch, or None (not to be held: dead-lettered, or held
+        or done already)."""
         ledger = self._ledger
         if entry_id in self.holdings or entry_id in ledger.acking or entry_id in ledger.unacked:
             # Held here already, or done with its XACK on the way: this replica's own claim
             # sweep can return such an entry when a stall let it sit past claim_idle.
-            return False
+            return None
         if not fields:  # deleted from the stream while pending: nothing to run
             ledger.unacked.add(entry_id)
-            return False
+            return None
         try:
-            work = decode(entry_id, fields, via)
+            return decode(entry_id, fields, via)
         except MalformedEntry as exc:
             await self._bury_malformed(entry_id, fields, exc.reason)
-            return False
         except Exception as exc:  # one entry never stops the reader
             await self._bury_malformed(entry_id, fields, f"cannot be decoded: {exc!r}")
-            return False
-        if not self.holdings.take(work):
-            return False
-        self._counts[VIA_COUNTER[via]] += 1
-        return True
+        return None
 
     async def _bury_malformed(self, entry_id: str, fields: RawFields, why: str) -> None:
         """Dead-letter an entry that is not an item. If Redis does not answer, the entry stays

@@ -14,8 +14,13 @@ only with its XACK, after a success or with its dead letter):
    running, or out of the pool waiting out a retry backoff (not in flight: a pause does not
    wait for it), then due until the pool takes it back. Its lease is renewed every
    ``claim_idle / 3`` seconds, so no other replica takes it meanwhile.
-3. **Running**: the run is counted first (``HINCRBY fleetgate:{NAME}:runs <id> 1``): runs of
-   the handler on every replica, so hand-offs and claims never count as attempts.
+3. **Running**: the handler is entered in the step the pool hands the item over, nothing
+   awaited before it (no item starts after a pause). Its run count, read with its batch at
+   admission (one ``HMGET``), decides first whether it may run; the run is then counted
+   (``HINCRBY fleetgate:{NAME}:runs <id> 1``, sent at the handler's first await and settled
+   after it ends: a handler that crashes its process before its first await may leave that
+   run uncounted). Runs of the handler on every replica, so hand-offs and claims never count
+   as attempts.
 4. **Done**: ``XACK`` with the ``HDEL`` of its count; an ack Redis did not answer is retried
    by the next lease round (a crash in between runs it again: at least once).
 5. **Failed**: any exception the pool reports for a run (a handler's stray ``CancelledError``,
@@ -210,6 +215,7 @@ class StreamSource:
                 self.settings.pause_timeout if timeout is None else timeout
             )
             retrying = self.holdings.clear_retries()
+            await self.ledger.settle_all()  # bounded: each count gives up after its timeout
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
                     await asyncio.shield(self.ledger.flush())
@@ -287,29 +293,31 @@ class StreamSource:
     # ------------------------------------------------------------------ running
 
     async def _run(self, work: WorkItem) -> None:
-        """The pool's handler: count the run, run the user's handler, then acknowledge."""
+        """The pool's handler: enter the user's handler in the very step the pool hands the item
+        over (nothing is awaited before it, so no item starts after a pause), then acknowledge.
+
+        The checks before the run use what is known already (the lease, the run count read at
+        admission); the run's ``HINCRBY`` is scheduled, not awaited (``Ledger.begin_run``): it
+        goes out at the handler's first await and is settled after the handler ends. A handler
+        that crashes its process before its first await may leave that run uncounted."""
         if work.entry_id in self.holdings.lost:  # another replica claimed it while it waited
             log.info("skipping %s: its lease passed to another replica", work.entry_id)
             self.holdings.forget(work)
             return
-        try:
-            async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
-                await self.ledger.begin_run(work)
-        except TimeoutError:
-            work.runs += 1
-            self._counts["redis_errors"] += 1
-        if self.retry.exhausted(work.runs - 1):
+        if self.retry.exhausted(work.runs):
             # Its earlier runs never ended here: each one ended its replica (or its dead letter
             # could not be written). It is not run again.
-            failed = work.runs - 1
-            await self._bury(work, f"{failed} runs started and none of them finished", failed)
+            await self._bury(work, f"{work.runs} runs started and none of them finished",
+                             work.runs)
             return
+        self.ledger.begin_run(work, REDIS_OP_TIMEOUT_S)
         await self._handler(work.item)
         work.succeeded = True
         await asyncio.shield(self._ack(work))
 
     async def _ack(self, work: WorkItem) -> None:
         self._counts["done"] += 1
+        await self.ledger.settle_run(work)  # its HINCRBY lands before the HDEL of the ack
         self.holdings.forget(work)
         await self.ledger.ack(work.entry_id, REDIS_OP_TIMEOUT_S)
 
@@ -323,6 +331,7 @@ class StreamSource:
         run cut off by the drain (``ItemCancelled``)."""
         if work.succeeded:  # the handler had succeeded; the ack is on its way
             return
+        await self.ledger.settle_run(work)  # work.runs: the count Redis answered for this run
         if type(exc) is ItemCancelled:  # this replica's stop cut the run off
             await self._end_run(work)
             self.holdings.forget(work)  # stays pending in the stream for another replica
