@@ -16,6 +16,7 @@ checked before anything goes out, so that two failures are told apart:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -76,8 +77,9 @@ class ChangeScript:
 
     async def _send(self, keys: list[str], args: list[str], what: str) -> Any:
         pool = self._redis.connection_pool
-        conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # checked: sent nothing
+        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
+            await _alive(conn)
             command = ("EVALSHA", self._script.sha, len(keys), *keys, *args)
             try:
                 return await _request(conn, command, what)
@@ -88,12 +90,26 @@ class ChangeScript:
             await pool.release(conn)
 
 
+async def _alive(conn: Any) -> None:
+    """Make sure ``conn`` is connected before anything is sent on it: let the event loop take
+    in what its socket holds first (the end of a connection whose server went away, which the
+    pool's own check misses until the loop has read it), and connect afresh when it is closed.
+    A failure here sent nothing."""
+    for _ in range(2):  # one turn of the loop polls the socket, the next runs its callback
+        await asyncio.sleep(0)
+    try:
+        if conn.is_connected and not await conn.can_read():
+            return
+        await conn.disconnect()
+        await conn.connect()
+    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        raise _NotSent(exc) from exc
+
+
 async def _request(conn: Any, command: tuple[Any, ...], what: str, *, load: bool = False) -> Any:
     """Send ``command`` on ``conn`` and read its reply (a ``SCRIPT LOAD`` changes nothing: its
     lost answer is an error like any read's)."""
     try:
-        if not conn.is_connected:
-            await conn.connect()
         await conn.send_command(*command)
     except RedisTimeoutError as exc:
         if load:
