@@ -215,6 +215,11 @@ def test_a_late_apply_inside_the_replicas_own_freeze_is_excused() -> None:
     assert broken_rules(check(events)) == []
 
 
+def test_a_late_apply_while_the_replicas_link_is_cut_is_excused_whichever_life_it_hit() -> None:
+    events = late_r2() + fault(1, "link", "r2", 1.8, 2.8, pid=99, mode="blackhole")
+    assert broken_rules(check(events)) == []
+
+
 def test_a_late_apply_after_a_pubsub_kill_is_not_excused() -> None:
     events = late_r2() + fault(1, "pubsub-kill", "fleet", 1.9, 1.95, times=1)
     assert broken_rules(check(events)) == [2]

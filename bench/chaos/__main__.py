@@ -125,7 +125,8 @@ async def _run(run: ChaosRun, budget: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("bench").setLevel(logging.WARNING)  # the product's warnings are expected
     if args.check is not None:
         return _check_only(args.check, args.strict)
     if args.topology not in TOPOLOGIES:

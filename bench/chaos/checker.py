@@ -321,7 +321,7 @@ class Checker:
         for w in tl.windows:
             if w.kind == "redis-restart" or (
                     w.kind == "link" and w.params.get("mode") in ("drop", "blackhole")
-                    and w.pid in (x.pid, y.pid)):
+                    and w.target in (x.replica, y.replica)):
                 if w.overlaps(min(x.start, x_end), y.start, self.settle(w.kind, w.params)):
                     return "lost-ack"
         return None

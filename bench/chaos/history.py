@@ -7,32 +7,39 @@ kernel once ``write`` returns, so it survives a ``kill -9`` of its writer a mome
 
 The events (the fields besides ``ev`` and ``t``):
 
-* ``run``: ``seed``, ``duration``, ``topology``, ``fleet``, ``replicas`` (ids), ``settings``
-  (``poll_interval``, ``heartbeat_interval``, ``claim_idle``, ``item_timeout``,
-  ``max_retries``); ``run-end``: ``phase`` (how far the run got).
+* ``run``: ``seed``, ``duration``, ``topology``, ``fleet``, ``replicas`` (ids), ``proxied``
+  (the replica behind the link proxy), ``settings`` (``poll_interval``,
+  ``heartbeat_interval``, ``claim_idle``, ``renew_interval``, ``item_timeout``,
+  ``max_retries``...); ``schedule``: ``faults`` as drawn; ``healed``, ``drained`` (or
+  ``drain-timeout``); ``run-end``: ``phase`` (how far the run got: ``done`` when complete).
 * ``spawn``, ``healthy``, ``exit``: a replica life (``replica``, ``pid``; ``exit`` has
-  ``status``, the return code, negative for a signal).
+  ``status``, the return code, negative for a signal, ``killed`` when the schedule killed it
+  and ``stopping`` when the runner asked it to stop); ``start`` and ``exit`` with ``process``
+  ``redis``: the server.
 * ``item-start``: ``replica``, ``pid``, ``item``, ``kind``, ``version`` and ``held`` (the fleet
   version the replica had applied and whether the fleet's pause held its pool);
   ``item-end``: ``replica``, ``pid``, ``item``, ``outcome`` (``ok``, ``error``, ``cancelled``).
-* ``enqueue``: ``item``, ``kind``, ``entry``; ``enqueue-unknown``: ``item`` (the XADD failed:
-  it may or may not be in the stream).
-* ``ack``: ``replica``, ``version``, ``event``, ``at`` (the replica's time of it),
-  ``fleet_held``, ``quiet``, ``in_flight``; ``record``: the same read from a replica record
-  (``applied_version``, ``applied_at``, ``fleet_held``, ``quiet``, ``in_flight``,
-  ``control``), written when it changes.
+* ``enqueue``: ``item``, ``kind``, ``entry``, ``t0`` (the XADD was sent); ``enqueue-unknown``:
+  ``item`` (the XADD failed: it may or may not be in the stream).
+* ``ack``: ``replica``, ``version``, ``event``, ``at`` (when the replica sent it),
+  ``fleet_held``, ``quiet``, ``in_flight``; ``record``: a replica record read when it changed
+  (``applied_version``, ``applied_at``, ``heartbeat_at``, ``fleet_held``, ``quiet``,
+  ``in_flight``, ``control``).
 * ``change``: ``version``, ``paused``, ``changed_at``, ``auto_resume_at``, ``stagger`` and
-  ``via`` (``control`` channel, ``state`` hash or ``operator``): a version first seen.
-* ``audit``: ``action``, ``version``, ``at``; ``dead``: ``item``, ``error``, ``runs``.
+  ``via`` (``control`` channel or ``state`` hash): a state first seen.
+* ``audit``: ``action``, ``version``, ``at``, ``by``, ``reason``; ``dead``: ``item``,
+  ``error``, ``runs``, ``replica``, ``entry``.
 * ``op``: an operator call: ``via`` (``fleet`` or ``cli``), ``action``, ``args``, ``t0``
   (called), ``t`` (returned), ``t_change`` (the change returned, before any wait),
   ``result`` (``ok``, ``error``, ``unknown``, ``cancelled``), ``version``, ``paused``,
-  ``changed_at``, ``error``, ``exit`` (the CLI's status) and ``wait`` (the report: ``ok``,
-  ``version``, ``replicas``: [{``id``, ``reached``, ``why``}]).
-* ``fault-start``, ``fault-end``: ``id``, ``kind``, ``target`` (a replica id or ``fleet``),
-  ``params``.
+  ``changed_at``, ``auto_resume_at``, ``error``; for the CLI ``exit``, ``stderr`` (and
+  ``hung`` when it outlived its --timeout); ``wait``: the report (``ok``, ``version``,
+  ``action``, ``elapsed_s``, ``replicas``: [{``id``, ``reached``, ``why``}]) and the bounds of
+  the moment it was made, ``t_lo`` and ``t_hi``.
+* ``fault-start``, ``fault-end``: ``id``, ``kind``, ``target`` (a replica id, ``fleet`` or
+  ``redis``), ``params``, ``pid`` (the life it hit); ``fault-skipped``: its target was down.
 * ``settled``: ``phase``, ``state`` (the hash), ``replicas`` (their records): a snapshot
-  after the faults healed.
+  once the faults healed (``healed``) and after the final resume (``final``).
 """
 
 from __future__ import annotations

@@ -88,9 +88,21 @@ class Injector:
             await asyncio.wait_for(self.healing.wait(), max(0.0, seconds))
 
     async def _one(self, fault: Fault) -> None:
+        target = self.proxied if fault.kind == LINK else fault.target
+        if fault.kind in (KILL, FREEZE):
+            lock = self.replicas.locks[target]
+            if lock.locked():  # still restarting after an earlier fault, say
+                self.history.write("fault-skipped", id=fault.id, kind=fault.kind, target=target,
+                                   why="another fault holds the replica")
+                return
+            async with lock:
+                await self._run(fault, target)
+        else:
+            await self._run(fault, target)
+
+    async def _run(self, fault: Fault, target: str) -> None:
         start: dict[str, Any] = {}
         end: dict[str, Any] = {}
-        target = self.proxied if fault.kind == LINK else fault.target
         life = self.replicas.lives.get(target)
         if fault.kind in (KILL, FREEZE) and (life is None or life.proc.poll() is not None):
             self.history.write("fault-skipped", id=fault.id, kind=fault.kind, target=target,

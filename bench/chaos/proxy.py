@@ -123,7 +123,7 @@ class LinkProxy:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> LinkProxy:
-        self._server = await asyncio.start_server(self._accept, self.listen_host, self.port)
+        self._server = await asyncio.start_server(self._on_connect, self.listen_host, self.port)
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self
 
@@ -132,10 +132,13 @@ class LinkProxy:
         if self._server is not None:
             self._server.close()
             self._server = None
+        self.mode = DROP  # a connection being set up now is reset too
+        self.flowing.set()
         for link in list(self._links):
             link.reset()
-        self.flowing.set()
         tasks = list(self._tasks)
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -177,10 +180,14 @@ class LinkProxy:
 
     # ------------------------------------------------------------------ connections
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
+    def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Each connection is served by a task of the proxy's own (asyncio would otherwise
+        report the cancellation of its own task at ``stop()`` as an error)."""
+        task = asyncio.create_task(self._serve(reader, writer), name=f"proxy-{self.port}-link")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         link = _Link(writer)
         self._links.add(link)
         self.accepted += 1
@@ -202,8 +209,6 @@ class LinkProxy:
         finally:
             self._links.discard(link)
             link.reset()
-            if task is not None:
-                self._tasks.discard(task)
 
 
 __all__ = ["BLACKHOLE", "DELAY", "DROP", "MODES", "PASS", "LinkProxy"]

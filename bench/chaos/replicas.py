@@ -70,6 +70,8 @@ class Replicas:
         self.token = token
         self.lives: dict[str, Life] = {}
         self.all_lives: list[Life] = []
+        self.locks: dict[str, asyncio.Lock] = {r: asyncio.Lock() for r in urls}
+        """Held by whoever kills, freezes or restarts a replica: one at a time."""
 
     @property
     def ids(self) -> list[str]:
@@ -107,6 +109,9 @@ class Replicas:
 
     def spawn(self, replica: str) -> Life:
         """Start a new life of ``replica`` (the previous one must be gone)."""
+        current = self.lives.get(replica)
+        if current is not None and current.proc.poll() is None:
+            raise RuntimeError(f"{replica} is running already (pid {current.pid})")
         port = free_port()
         with (self.log_dir / f"{replica}.log").open("ab") as out:
             proc = subprocess.Popen(
@@ -134,13 +139,16 @@ class Replicas:
         return False
 
     async def start(self, replica: str) -> Life:
-        """Spawn and wait until healthy; one more try if the port was taken meanwhile."""
+        """Spawn and wait until healthy; another try if it exited on its own at start (its
+        port taken meanwhile)."""
         for _ in range(3):
             life = self.spawn(replica)
             if await self.wait_healthy(life):
                 return life
             if life.proc.poll() is None:
                 raise RuntimeError(f"{replica} did not become healthy (see {self.log_dir})")
+            if life.killed:
+                return life
         raise RuntimeError(f"{replica} exited at start (see {self.log_dir}/{replica}.log)")
 
     def kill(self, replica: str) -> Life | None:

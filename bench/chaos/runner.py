@@ -168,8 +168,11 @@ class ChaosRun:
                 if not life.killed and not life.stopping:
                     log.warning("replica %s (pid %d) exited on its own: %s", life.replica,
                                 life.pid, life.proc.returncode)
-                    with contextlib.suppress(RuntimeError):
-                        await self.replicas.start(life.replica)
+                    async with self.replicas.locks[life.replica]:
+                        current = self.replicas.lives.get(life.replica)
+                        if current is life:
+                            with contextlib.suppress(RuntimeError):
+                                await self.replicas.start(life.replica)
             status = self.server.poll()
             if status is not None:
                 self.history.write("exit", process="redis", pid=self.server.pid, status=status,
@@ -180,9 +183,10 @@ class ChaosRun:
     async def _heal(self) -> None:
         assert self.replicas and self.observer
         for r in self.replicas.ids:  # a replica down at the end of the chaos starts again
-            life = self.replicas.lives.get(r)
-            if life is None or life.proc.poll() is not None:
-                await self.replicas.start(r)
+            async with self.replicas.locks[r]:
+                life = self.replicas.lives.get(r)
+                if life is None or life.proc.poll() is not None:
+                    await self.replicas.start(r)
         self.history.write("healed")
         await self._settle("healed")
 

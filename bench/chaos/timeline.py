@@ -146,10 +146,12 @@ class Timeline:
         return next((life for life in self.lives if life.pid == pid), None)
 
     def windows_on(self, life: Life) -> list[Window]:
-        """The faults that touch this life: its own (kill, freeze, its link) and Redis's."""
+        """The faults that touch this life: its own kill and freeze, its replica's link
+        (whichever life uses it) and Redis's restarts."""
         return [w for w in self.windows
                 if w.kind == "redis-restart"
-                or (w.target == life.replica and (w.pid is None or w.pid == life.pid))]
+                or (w.target == life.replica
+                    and (w.kind == "link" or w.pid is None or w.pid == life.pid))]
 
     def change_of(self, version: int) -> Change | None:
         found = [c for c in self.changes.values() if c.version == version]
