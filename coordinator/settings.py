@@ -16,7 +16,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from coordinator.durations import parse_duration
-from replica.contract import MAX_REASON, check_reason, validate_fleet
+from replica.contract import validate_fleet
 from replica.contract.urls import check_redis_url, redact_url
 
 
@@ -132,8 +132,7 @@ class CoordinatorSettings(BaseSettings):
         return None if value is None else value.get_secret_value()
 
 
-# MAX_REASON and check_reason are the contract's, named here only for older imports
-__all__ = ["MAX_REASON", "CoordinatorSettings", "check_reason"]
+__all__ = ["CoordinatorSettings"]
 
 
 def redact(url: str) -> str:
