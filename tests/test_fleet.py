@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from cpkit import Replica, Replicas, until
 
 from coordinator import Fleet
-from replica.contract import MAX_TEXT_LEN, FleetState, Keys, format_time, now_utc
+from replica.contract import MAX_REASON, FleetState, Keys, format_time, now_utc
 from replica.errors import ContractError
 
 
@@ -82,7 +82,7 @@ async def test_a_resume_reason_goes_to_the_audit_trail_not_the_state(
     (event,) = await fleet.history(limit=1)
     assert (event.action, event.reason, event.by) == ("resume", "migration done", "b")
     with pytest.raises(ContractError):
-        await fleet.resume(by="b", reason="x" * (MAX_TEXT_LEN + 1))
+        await fleet.resume(by="b", reason="x" * (MAX_REASON + 1))
 
 
 async def test_bad_changes_are_refused_before_they_reach_redis(
