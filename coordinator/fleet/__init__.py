@@ -1,4 +1,6 @@
-"""The coordinator's library: ``Fleet`` (change, read and wait on a fleet), its acknowledgement\ntracking and its result models. Imports the replica contract, never the CLI or the web side."""
+"""The coordinator's library: ``Fleet`` (change, read and wait on a fleet), one module per noun
+behind it (``changes``, ``reads``, ``waiting`` with ``acks`` and ``listener``, ``calls``), and its
+result models. Imports the replica contract, never the CLI or the web side."""
 
 from __future__ import annotations
 
