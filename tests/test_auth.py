@@ -130,3 +130,17 @@ def test_the_bearer_token_is_read_from_the_authorization_header(
 def test_only_an_admin_can_write() -> None:
     assert Operator("a", Role.ADMIN).can_write
     assert not Operator("v", Role.VIEW).can_write
+
+
+@pytest.mark.parametrize("name", ["", "   ", "al\nice", "bob\x1b[31m", "a" * 101, "x\ud800y"])
+def test_an_operator_name_that_could_not_be_a_by_is_refused_without_echoing_it(
+    tmp_path: Path, name: str
+) -> None:
+    """An operator's name becomes the ``by`` of their changes: the contract's rule for ``by``."""
+    path = tmp_path / "tokens.json"
+    path.write_text(json.dumps([{"name": name, "token": "a-token-0123456789", "role": "admin"}]))
+    with pytest.raises(ConfigError, match="operator name: by must be 1 to 100") as caught:
+        TokenStore.from_settings(settings(tokens_file=str(path)))
+    if name.strip():
+        assert name.strip() not in str(caught.value)
+

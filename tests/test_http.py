@@ -295,3 +295,21 @@ def test_no_generated_request_gets_a_server_error(case: schemathesis.Case) -> No
             response, checks=[schemathesis.checks.not_a_server_error]
         )
     _pool.resume("operator")
+
+
+@pytest.mark.parametrize("reason", ["   ", "a\tb", "nul\x00", "x" * 501, "line\u2028sep"])
+async def test_the_admin_pause_refuses_what_the_contract_refuses_for_a_reason(
+    pool: PausablePool, reason: str
+) -> None:
+    async with client_for(create_app(pool, make_settings())) as client:
+        r = await client.post("/pool/pause", json={"reason": reason}, headers=AUTH)
+    assert r.status_code == 422
+    assert not pool.paused
+
+
+async def test_the_admin_pause_keeps_a_reason_stripped_as_the_contract_does(
+    pool: PausablePool,
+) -> None:
+    async with client_for(create_app(pool, make_settings())) as client:
+        r = await client.post("/pool/pause", json={"reason": "  db migration  "}, headers=AUTH)
+    assert r.status_code == 200 and pool.holds == {"operator": "db migration"}

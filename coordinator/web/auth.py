@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from coordinator.settings import CoordinatorSettings
-from replica.errors import ConfigError
+from replica.contract.reasons import check_by
+from replica.errors import ConfigError, ContractError
 
 log = logging.getLogger(__name__)
 
@@ -188,9 +189,11 @@ def _role(path: Path, where: str, value: Any) -> Role:
 
 
 def _check_name(name: str) -> str:
-    if not name or len(name) > 100 or not name.isprintable():
-        raise ConfigError(f"operator name {name[:40]!r}: 1 to 100 printable characters")
-    return name
+    """An operator's name becomes the ``by`` of their changes: the contract's rule for ``by``."""
+    try:
+        return check_by(name)
+    except ContractError as exc:
+        raise ConfigError(f"operator name: {exc}") from None
 
 
 def _check_token(name: str, token: str) -> bytes:

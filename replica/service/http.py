@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from replica.contract.reasons import MAX_REASON, check_reason
 from replica.pool.holds import FLEET_SOURCE, OPERATOR_SOURCE
 from replica.pool.pool import PausablePool
 from replica.service.metrics import CONTENT_TYPE, ControlView, ReplicaMetrics, SourceView
@@ -43,7 +44,6 @@ from replica.service.settings import ReplicaSettings
 
 log = logging.getLogger(__name__)
 
-MAX_REASON: Final = 500
 MAX_WAIT_S: Final = 3600.0
 
 Alive = Callable[[], "str | None"]
@@ -67,9 +67,7 @@ class PauseRequest(BaseModel):
     @field_validator("reason")
     @classmethod
     def _printable(cls, value: str) -> str:
-        if not value.isprintable() or not value.strip():
-            raise ValueError("reason must be printable characters, not only spaces")
-        return value
+        return check_reason(value)  # the contract's one rule for reasons
 
 
 class PoolState(BaseModel):
