@@ -53,6 +53,29 @@ os.execvp(sys.argv[2], sys.argv[2:])
 """
 
 
+def _descendants(pids: Sequence[int]) -> list[int]:
+    """The living descendants of ``pids``, read from /proc (none where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue
+            # "pid (comm) state ppid ...": the command name may hold spaces and parentheses
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    found: list[int] = []
+    todo = list(pids)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def with_default_signals(args: Sequence[str], ignored: Sequence[str] = ()) -> list[str]:
     """``args`` started with SIGINT, SIGTERM, SIGHUP and SIGQUIT at their default action (those
     named in ``ignored``, e.g. ``["INT"]``, ignored instead) and no signal blocked."""
@@ -106,10 +129,17 @@ class Processes:
         return proc
 
     def kill(self) -> None:
-        """SIGKILL every process group this started (the leaders and what they left behind)."""
+        """SIGKILL every process group this started and every descendant of its processes
+        still attached to them (the demo starts its replicas in sessions of their own)."""
+        pids = [p.pid for p in self._popens if p.returncode is None]
+        pids += [p.pid for p in self._tasks if p.returncode is None]
+        descendants = _descendants(pids)
         for pid in [p.pid for p in self._popens] + [p.pid for p in self._tasks]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+        for pid in descendants:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     def close(self) -> None:
         """Kill, reap and close the pipes of the ``start``ed processes."""

@@ -6,28 +6,36 @@ The demo on a Redis of its own is `make demo`, run by tests/test_readme.py.
 from __future__ import annotations
 
 import os
+import queue
+import re
+import signal
 import subprocess
 import sys
+import threading
 
+import httpx
 import pytest
+import redis as syncredis
 
 from coordinator.demo.localredis import free_port
+from tests.procs import Processes
 
 pytestmark = pytest.mark.slow
 
 
-def _run_demo(env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "coordinator", "demo"],
-        env={**os.environ, **env, "COLUMNS": "100"},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def _run_demo(
+    processes: Processes, env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    args = [sys.executable, "-m", "coordinator", "demo"]
+    proc = processes.start(args, env={**os.environ, **env, "COLUMNS": "100"})
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
-def test_the_demo_pauses_a_real_fleet_mid_run_and_loses_nothing(redis_url: str) -> None:
-    done = _run_demo({"FLEETGATE_REDIS_URL": redis_url})
+def test_the_demo_pauses_a_real_fleet_mid_run_and_loses_nothing(
+    redis_url: str, processes: Processes
+) -> None:
+    done = _run_demo(processes, {"FLEETGATE_REDIS_URL": redis_url})
     out = done.stdout
     assert done.returncode == 0, out[-2000:] + done.stderr[-2000:]
     assert "items started during the hold   0" in out
@@ -39,8 +47,11 @@ def test_the_demo_pauses_a_real_fleet_mid_run_and_loses_nothing(redis_url: str) 
     assert "admin token (shown once)" in out
 
 
-def test_the_demo_exits_one_with_one_line_when_redis_cannot_be_reached() -> None:
-    done = _run_demo({"FLEETGATE_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}, timeout=90)
+def test_the_demo_exits_one_with_one_line_when_redis_cannot_be_reached(
+    processes: Processes,
+) -> None:
+    done = _run_demo(processes, {"FLEETGATE_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"},
+                     timeout=90)
     assert done.returncode == 1
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("fleetgate demo:"), done.stderr
@@ -48,22 +59,12 @@ def test_the_demo_exits_one_with_one_line_when_redis_cannot_be_reached() -> None
 
 
 def test_demo_serve_keeps_the_dashboard_up_until_ctrl_c_then_stops_every_process(
-    redis_url: str,
+    redis_url: str, processes: Processes
 ) -> None:
-    import queue
-    import re
-    import signal
-    import threading
-
-    import httpx
-    import redis as syncredis
-
-    proc = subprocess.Popen(
+    proc = processes.start(
         [sys.executable, "-m", "coordinator", "demo", "--serve"],
         env={**os.environ, "FLEETGATE_REDIS_URL": redis_url, "COLUMNS": "100"},
-        stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
     seen: list[str] = []
@@ -89,16 +90,12 @@ def test_demo_serve_keeps_the_dashboard_up_until_ctrl_c_then_stops_every_process
         assert page.status_code == 200 and "fleetgate" in page.text.lower()
         with syncredis.Redis.from_url(redis_url, decode_responses=True) as r:
             assert r.zcard(f"fleetgate:{{{fleet}}}:replicas") == 3
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGINT)  # Ctrl-C, at its default disposition
             assert proc.wait(timeout=60) == 0, "".join(seen)
             # every replica stopped cleanly: each removed its own record on the way out
             assert r.zcard(f"fleetgate:{{{fleet}}}:replicas") == 0
         with pytest.raises(httpx.HTTPError):
             httpx.get(url, timeout=2)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        processes.close()  # the pump reads to the end of the output, then stops
         pumper.join(timeout=10)
-        assert proc.stdout is not None
-        proc.stdout.close()

@@ -37,21 +37,17 @@ def _wait_healthy(proc: subprocess.Popen[str], port: int, timeout: float = 30.0)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_serve_shuts_down_gracefully_on_a_signal_and_exits_zero(redis_url: str, sig: int) -> None:
+def test_serve_shuts_down_gracefully_on_a_signal_and_exits_zero(
+    redis_url: str, sig: int, processes: Processes
+) -> None:
     port = free_port()
     env = {**os.environ, "FLEETGATE_REDIS_URL": redis_url, "FLEETGATE_ADMIN_TOKEN": "t" * 24}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", "serve", "--port", str(port)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = processes.start(  # SIGINT at its default disposition, however the suite was started
+        [sys.executable, "-m", "coordinator", "serve", "--port", str(port)], env=env,
     )
-    try:
-        _wait_healthy(proc, port)
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    _wait_healthy(proc, port)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err[-2000:]
     assert "Traceback" not in err
 

@@ -39,6 +39,7 @@ from coordinator.cli.exits import (
 )
 from coordinator.cli.options import Globals
 from coordinator.cli.output import fail, plain
+from replica.service.shutdown import Interrupted
 
 app = typer.Typer(
     name="fleetgate",
@@ -95,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail("aborted", EXIT_INTERRUPTED)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except Interrupted as exc:  # SIGINT or SIGTERM while the command ran (130 or 143)
+        return fail(f"interrupted by {exc.signal.name}", exc.status)
     except Exception as exc:  # the promise: one line, never a traceback
         return fail(f"unexpected error: {type(exc).__name__}: {plain(str(exc))}", EXIT_UNREACHABLE)
     return rv if isinstance(rv, int) else EXIT_OK

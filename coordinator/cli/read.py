@@ -11,12 +11,14 @@ from typing import Annotated
 import typer
 
 from coordinator import render
+from coordinator.cli.exits import EXIT_OK
 from coordinator.cli.options import FleetOption, Globals, JsonOption, UrlOption
 from coordinator.cli.output import console, emit_json
 from coordinator.cli.runner import run_with_fleet
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import AuditEvent, ReplicaInfo
 from replica.contract import FleetState
+from replica.service.shutdown import Interrupted
 
 
 def status(
@@ -59,8 +61,9 @@ def status(
                 live.refresh()
                 await asyncio.sleep(interval)
 
-    with contextlib.suppress(KeyboardInterrupt):
-        run_with_fleet(settings, watch_loop)
+    # Ctrl-C (or SIGTERM) is how a watch ends: exit 0
+    with contextlib.suppress(KeyboardInterrupt, Interrupted):
+        run_with_fleet(settings, watch_loop, interrupted=lambda _sig: EXIT_OK)
 
 
 def history(

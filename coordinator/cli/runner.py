@@ -11,6 +11,7 @@ is unknown (5, ``replica.errors.OutcomeUnknown``).
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from replica.contract import FleetState
 from replica.contract.urls import redact_url
 from replica.control.redisio import bounded, cancel_bounded
 from replica.errors import ContractError, OutcomeUnknown
+from replica.service.shutdown import Shutdown, conventional_status
 
 T = TypeVar("T")
 
@@ -85,10 +87,16 @@ def run_with_fleet(
     action: Callable[[Fleet], Awaitable[T]],
     *,
     deadline: Callable[[], float] | None = None,
+    interrupted: Callable[[signal.Signals], int] = conventional_status,
 ) -> T:
     """Run ``action(fleet)`` on a fresh client, until ``deadline()`` (a ``time.monotonic()``
     time, read again as it may move) when given; else Redis's socket timeouts bound each call.
-    Raises ``CliError`` or ``DeadlineExceeded``."""
+    Raises ``CliError`` or ``DeadlineExceeded``.
+
+    SIGINT and SIGTERM cancel the action (again, until it ends: see
+    ``replica.service.shutdown``) and raise ``Interrupted`` with the exit status
+    ``interrupted(signal)`` (130 or 143 by default); the process ends within a second of the
+    signal, a hung Redis call included."""
 
     async def go() -> T:
         try:
@@ -108,7 +116,7 @@ def run_with_fleet(
             await asyncio.shield(bounded(redis.aclose(), CLOSE_TIMEOUT_S))
 
     try:
-        return asyncio.run(go())
+        return Shutdown(interrupted).run(go())
     except OutcomeUnknown as exc:  # Fleet's: the change script was sent, no answer came
         cause = exc.__cause__
         why = (plain(str(cause)) or type(cause).__name__) if cause is not None else "no answer came"

@@ -7,6 +7,11 @@ holds 0.5 s while checking that no item starts, resumes, waits for the rest, and
 measured. Exit status 0 when every check held, 1 otherwise. Every process it started, Redis
 included, is stopped when it ends, whatever happens.
 
+SIGINT (Ctrl-C) or SIGTERM ends it within a second, even when Redis hangs: the demo SIGTERMs
+every process at once, gives them ``STOP_GRACE_S`` to stop, SIGKILLs what is left, and exits
+130 or 143 (0 once ``--serve`` keeps the fleet up: Ctrl-C is how that ends). A watchdog kills
+everything and exits if even that hangs (``replica.service.shutdown``).
+
 Where the items are: in the work stream (not yet read), pending in the consumer group (read by
 a replica, in its pool or its handler), or done (``demo:done`` counts completions per item). A
 paused replica reads nothing, so during the hold new items stay in the stream.
@@ -39,6 +44,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from coordinator.demo.localredis import LocalRedis, free_port
 from coordinator.fleet.fleet import Fleet
 from replica.contract import Keys, parse_time
+from replica.service.shutdown import Interrupted, Shutdown, conventional_status
 
 ITEMS = 600
 REPLICAS = 3
@@ -46,6 +52,10 @@ WORKERS = 4
 ITEM_SECONDS = 0.05
 HOLD_SECONDS = 0.5
 PAUSE_AT = 200  # items done when the pause is called: mid-run
+STOP_GRACE_S = 0.5
+"""How long the processes get to stop after a signal before they are killed."""
+STOP_WAIT_S = 15.0
+"""How long each gets at the end of an uninterrupted run."""
 
 
 @dataclass
@@ -78,6 +88,7 @@ class _Proc:
     popen: subprocess.Popen[bytes]
     log: Path
     port: int
+    terminated: bool = False
 
 
 class Demo:
@@ -94,6 +105,8 @@ class Demo:
         self.procs: list[_Proc] = []
         self.logdir = Path(tempfile.mkdtemp(prefix="fleetgate-demo-"))
         self.api_port = 0
+        self.serving = False  # the fleet is up for --serve: Ctrl-C is how the demo ends
+        self.stop_by: float | None = None  # set by a signal: when the processes must be gone
 
     # ------------------------------------------------------------------ processes
 
@@ -181,23 +194,48 @@ class Demo:
         except OSError:
             return ""
 
-    def stop_all(self) -> None:
-        """SIGTERM every process (replicas drain), wait, kill what is left; stop Redis."""
+    def terminate_all(self) -> None:
+        """SIGTERM every process now, once (a second SIGTERM stops a replica at once, its
+        drain cut short); they stop on their own, ``stop_all`` reaps them."""
         for proc in self.procs:
-            if proc.popen.poll() is None:
+            if not proc.terminated and proc.popen.poll() is None:
+                proc.terminated = True
                 with contextlib.suppress(ProcessLookupError):
                     proc.popen.send_signal(signal.SIGTERM)
+
+    def kill_all(self) -> None:
+        """SIGKILL every process and Redis: the watchdog's last step (no waiting, no locks)."""
+        for proc in list(self.procs):
+            if proc.popen.returncode is None:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.popen.pid, signal.SIGKILL)
+        if self.redis_server is not None:
+            self.redis_server.kill()
+
+    def stop_all(self) -> None:
+        """SIGTERM every process (replicas drain), wait, kill what is left; stop Redis. After a
+        signal the wait ends at ``stop_by`` and a private Redis is killed, not asked to stop."""
+        self.terminate_all()
         for proc in self.procs:
+            timeout = STOP_WAIT_S if self.stop_by is None else max(self.stop_by - time.monotonic(), 0)
             try:
-                proc.popen.wait(timeout=15)
+                proc.popen.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.popen.pid, signal.SIGKILL)
                 proc.popen.wait(timeout=5)
         self.procs.clear()
         if self.redis_server is not None:
+            if self.stop_by is not None:
+                self.redis_server.kill()
             self.redis_server.stop()
             self.redis_server = None
+
+    def on_signal(self, sig: signal.Signals) -> None:
+        """The first SIGINT or SIGTERM: every process is told to stop at once."""
+        if self.stop_by is None:
+            self.stop_by = time.monotonic() + STOP_GRACE_S
+            self.terminate_all()
 
     # ------------------------------------------------------------------ scenario
 
@@ -354,15 +392,8 @@ class Demo:
     async def _serve_until_interrupted(self) -> None:
         url = f"http://127.0.0.1:{self.api_port}/"
         self.console.print(f"\ndashboard: {url}  (token: {self.token})  Ctrl-C stops everything")
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            await stop.wait()
-        finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
+        self.serving = True
+        await asyncio.Event().wait()  # until SIGINT or SIGTERM cancels the demo (see main)
 
 
 def _epoch_ms(value: Any) -> float:
@@ -389,15 +420,26 @@ def main(serve: bool = False, json_out: bool = False) -> int:
     stdout."""
     console = Console(highlight=False, stderr=json_out)
     demo = Demo(console)
+    shutdown = Shutdown(lambda sig: 0 if demo.serving else conventional_status(sig))
+    shutdown.before_exit = demo.kill_all
+
     try:
-        result = asyncio.run(demo.run(serve=serve))
+        result = shutdown.run(demo.run(serve=serve), on_signal=demo.on_signal)
+    except Interrupted as exc:
+        return exc.status
     except KeyboardInterrupt:
         return 130
     except (RuntimeError, TimeoutError, OSError, redis.RedisError) as exc:
         print(f"fleetgate demo: {exc} (logs in {demo.logdir})", file=sys.stderr)
         return 1
     finally:
-        demo.stop_all()
+        # Bounded after a signal; another Ctrl-C must not cut it short and leave processes.
+        ignored = {sig: signal.signal(sig, signal.SIG_IGN) for sig in dict.fromkeys(shutdown.received)}
+        try:
+            demo.stop_all()
+        finally:
+            for sig, handler in ignored.items():
+                signal.signal(sig, handler)
     if not result.ok:
         console.print(f"process logs: {demo.logdir}")
     if json_out:

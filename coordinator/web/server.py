@@ -3,18 +3,20 @@
 This is an entry point's job, so it configures logging (plain or JSON lines on stderr) and
 owns SIGTERM/SIGINT: both end a graceful shutdown with exit status 0. Stock uvicorn re-raises
 the signal after shutting down, so an orchestrator stopping the coordinator would see it die
-of SIGTERM (-15), as if it had crashed.
+of SIGTERM (-15), as if it had crashed. The process ends within a second of the signal whatever
+it is doing (``replica.service.shutdown``): a request or the lifespan's shutdown waiting on a
+Redis that hangs would otherwise hold it until Redis answers. A signal ignored when the process
+started (SIGINT in a background job) stays ignored.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
-import signal
 import socket
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Final
@@ -24,6 +26,7 @@ import uvicorn
 from coordinator.settings import CoordinatorSettings, redact
 from coordinator.web.api import create_app
 from replica.errors import ConfigError
+from replica.service.shutdown import Shutdown
 
 log = logging.getLogger(__name__)
 
@@ -67,20 +70,23 @@ def configure_logging(json_logs: bool, level: int = logging.INFO) -> None:
 
 
 class Server(uvicorn.Server):
-    """uvicorn whose SIGTERM/SIGINT shut down gracefully and are not re-raised afterwards."""
+    """uvicorn whose SIGTERM/SIGINT shut down gracefully, are not re-raised afterwards, and end
+    the process at the latest ``WATCHDOG_S`` after the first one (exit status 0)."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.shutdown_signals = Shutdown(lambda _sig: 0)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        handled = (signal.SIGINT, signal.SIGTERM)
-        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        # Called inside the server's event loop; uvicorn's first signal sets should_exit, a
+        # second SIGINT force_exit. Only in the main thread (Shutdown checks).
+        signals = self.shutdown_signals
+        signals.install(asyncio.get_running_loop(), lambda sig: self.handle_exit(sig, None))
         try:
             yield
         finally:
-            for sig, handler in original.items():
-                signal.signal(sig, handler)
+            signals.uninstall()
 
 
 def listen(host: str, port: int) -> socket.socket:

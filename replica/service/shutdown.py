@@ -32,7 +32,7 @@ from typing import Any, Final, TypeVar
 
 T = TypeVar("T")
 
-WATCHDOG_S: Final = 0.9
+WATCHDOG_S: Final = 0.75
 """How long after the first signal (or ``arm()``) the process may still be there."""
 
 RECANCEL_EVERY_S: Final = 0.1
@@ -69,6 +69,10 @@ class Shutdown:
     def __init__(self, exit_status: Callable[[signal.Signals], int] = conventional_status) -> None:
         self.received: list[signal.Signals] = []
         self.status = 0
+        self.before_exit: Callable[[], None] | None = None
+        """Run by the watchdog just before ``os._exit`` (the demo kills its children there). It
+        runs in the watchdog's thread while the main thread may be stuck: no locks, no I/O
+        that can block; its errors are ignored."""
         self._exit_status = exit_status
         self._loop: asyncio.AbstractEventLoop | None = None
         self._previous: dict[signal.Signals, Any] = {}
@@ -140,6 +144,9 @@ class Shutdown:
 
     def _exit_now(self) -> None:
         # No logging, no flush: either could wait on a lock the stuck main thread holds.
+        if self.before_exit is not None:
+            with contextlib.suppress(BaseException):
+                self.before_exit()
         os._exit(self.status)
 
     @staticmethod
@@ -156,15 +163,27 @@ class Shutdown:
 
     # ------------------------------------------------------------------ running
 
-    def run(self, main: Coroutine[Any, Any, T]) -> T:
+    def run(
+        self,
+        main: Coroutine[Any, Any, T],
+        *,
+        on_signal: Callable[[signal.Signals], None] | None = None,
+    ) -> T:
         """``asyncio.run(main)``, where SIGINT and SIGTERM cancel ``main`` until it ends; then
         ``Interrupted`` is raised (whatever ``main`` raised meanwhile: an error on the way out
-        is part of the interruption). A ``main`` that returns normally returns its value."""
+        is part of the interruption). A ``main`` that returns normally returns its value.
+        ``on_signal(sig)``, when given, is called first, in the loop, for every signal."""
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         try:
             task = loop.create_task(main)
-            self.install(loop, lambda _sig: self.cancel_until_done(task))
+
+            def stop(sig: signal.Signals) -> None:
+                if on_signal is not None:
+                    on_signal(sig)
+                self.cancel_until_done(task)
+
+            self.install(loop, stop)
             try:
                 result = loop.run_until_complete(task)
             except BaseException as exc:
