@@ -12,16 +12,16 @@ import redis.asyncio as aioredis
 from cpkit import until
 
 from coordinator import Fleet
+from tests.procs import Processes
 
 SCRIPT = Path(__file__).with_name("cp_replica_proc.py")
 
 
 async def start_process(
-    url: str, fleet: str, prefix: str, n: int, heartbeat: float = 10.0
+    processes: Processes, url: str, fleet: str, prefix: str, n: int, heartbeat: float = 10.0
 ) -> asyncio.subprocess.Process:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(SCRIPT), url, fleet, prefix, str(n), "1.0", str(heartbeat),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    proc = await processes.start_async(
+        [sys.executable, str(SCRIPT), url, fleet, prefix, str(n), "1.0", str(heartbeat)],
     )
     assert proc.stdout is not None
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
@@ -41,13 +41,14 @@ async def stop_process(proc: asyncio.subprocess.Process) -> dict[str, int]:
 
 @pytest.mark.slow
 async def test_three_processes_of_replicas_pause_and_resume_together_through_fleet(
-    redis_url: str, redis: aioredis.Redis, fleet_name: str
+    redis_url: str, redis: aioredis.Redis, fleet_name: str, processes: Processes
 ) -> None:
     fleet = Fleet(redis, fleet_name)
     procs: list[asyncio.subprocess.Process] = []
     try:
         procs = list(await asyncio.gather(*(
-            start_process(redis_url, fleet_name, f"proc{p}", 2, heartbeat=0.5) for p in range(3)
+            start_process(processes, redis_url, fleet_name, f"proc{p}", 2, heartbeat=0.5)
+            for p in range(3)
         )))
         assert len(await fleet.replicas(include_stale=False)) == 6
         for _ in range(2):

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ import pytest
 
 from coordinator.demo.localredis import free_port
 from tests.fleetkit import ROOT
+from tests.procs import Processes
 
 README = ROOT / "README.md"
 BEGIN = "<!-- section:walkthrough -->"
@@ -80,25 +79,17 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_every_walkthrough_command_runs_against_real_replicas(
-    redis_url: str, fleet_name: str, workdir: Path
+    redis_url: str, fleet_name: str, workdir: Path, processes: Processes
 ) -> None:
     blocks = walkthrough_blocks()
     script = script_for(blocks, redis_url, fleet_name, free_port())
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETGATE_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"
-    proc = subprocess.Popen(
-        ["bash", "-c", script], cwd=workdir, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=100)
-    finally:
-        # whatever the script left behind (it ends with `kill $(jobs -p)`)
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    # a process group of its own: the fixture kills whatever the script left behind (it ends
+    # with `kill $(jobs -p)`)
+    proc = processes.start(["bash", "-c", script], cwd=workdir, env=env)
+    out, err = proc.communicate(timeout=100)
     logs = "".join(
         f"\n--- {p.name}\n{p.read_text()[-3000:]}" for p in workdir.glob("*.log")
     )
