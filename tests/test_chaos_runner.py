@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from bench.chaos.__main__ import main as chaos_main
 from bench.chaos.faults import KINDS, TAIL_S, _busy_key, draw_schedule
 from bench.chaos.handler import HISTORY_ENV, ToldToFail, handle
 from bench.chaos.history import read_history, read_lines
@@ -160,6 +161,15 @@ def test_bad_usage_is_one_line_on_stderr_and_exit_2(args: list[str]) -> None:
                           timeout=60)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("chaos: ") and done.stderr.count("\n") == 1
+
+
+def test_checking_a_history_that_never_finished_fails_and_a_missing_one_is_bad_usage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert chaos_main(["--check", str(tmp_path)]) == 1
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith(": failed")
+    assert chaos_main(["--check", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err == f"chaos: no history at {tmp_path / 'nowhere'}\n"
 
 
 # ---------------------------------------------------------------------------- real runs

@@ -100,6 +100,8 @@ class CheckResult:
     items: int = 0
     done: int = 0
     dead: int = 0
+    dead_ok: int = 0
+    """Of the dead-lettered, items that were not told to fail or hang (cut off by a fault)."""
     forgotten: int = 0
     unknown_enqueues: int = 0
     lost: int = 0
@@ -160,7 +162,7 @@ class Checker:
         tl = self.tl
         result = CheckResult({n: RuleResult(n) for n in RULES}, strict=self.strict)
         result.phase = tl.phase
-        result.complete = tl.phase in (None, "done", "stopped")
+        result.complete = tl.phase in ("done", "stopped")
         result.faults = Counter(w.kind for w in tl.windows)
         self.rule1(result.rules[1])
         self.rule2(result.rules[2], result)
@@ -287,6 +289,7 @@ class Checker:
                 result.done += 1
             elif letters:
                 result.dead += 1
+                result.dead_ok += enq.get("kind", "ok") == "ok"
             elif any(float(enq.get("t0") or enq["t"]) <= w for w in wipes):
                 result.forgotten += 1
             else:

@@ -27,6 +27,7 @@ def table(result: CheckResult) -> list[str]:
         ("items enqueued", str(result.items)),
         ("items done", str(result.done)),
         ("items dead-lettered (with their error)", str(result.dead)),
+        ("... of which not told to fail or hang", str(result.dead_ok)),
         ("items Redis forgot (empty restart)", str(result.forgotten)),
         ("enqueues of unknown outcome", str(result.unknown_enqueues)),
         ("items lost", str(result.lost)),
