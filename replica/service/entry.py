@@ -92,14 +92,27 @@ def dead_letter_fields(fields: RawFields | None) -> dict[bytes, bytes]:
 
 
 def read_entries(reply: Any) -> list[tuple[Any, Any]]:
-    """The entries of an XREADGROUP reply for one stream (RESP2 list or RESP3 dict)."""
+    """The entries of an XREADGROUP reply for one stream, each as ``(id, fields)``: the reply
+    as Redis sent it (RESP2 list or RESP3 map; each entry's fields a flat list, or nil for an
+    entry deleted while pending) or as redis-py's reply callbacks parse it."""
     if not reply:
         return []
     if isinstance(reply, dict):
-        for value in reply.values():
-            return list(value[0] if value and isinstance(value[0], list) else value)
-        return []
-    return list(reply[0][1])
+        value: Any = next(iter(reply.values()), None) or []
+        if value and isinstance(value[0], list) and (
+            not value[0] or isinstance(value[0][0], (list, tuple))
+        ):  # parsed RESP3: one list of entries, wrapped
+            value = value[0]
+    else:
+        value = reply[0][1] or []
+    return [(entry[0], _fields(entry[1])) for entry in value]
+
+
+def _fields(raw: Any) -> Any:
+    """An entry's fields as a mapping (a raw reply gives them as a flat list), or None."""
+    if isinstance(raw, list):
+        return dict(zip(raw[::2], raw[1::2], strict=False))
+    return raw
 
 
 __all__ = [
