@@ -21,6 +21,9 @@
   the ids whose ack is on its way, so the replica's own claim sweep never takes them again.
 * **Leases**: ``renew`` resets the idle time of the entries the replica still owns (``XCLAIM
   ... JUSTID``, after an ``XPENDING`` per entry) and says which ones another replica took.
+  ``hand_back`` marks entries idle for ``claim_idle`` already (``XCLAIM ... IDLE ... JUSTID``),
+  so the group's next claim sweep takes them; ``pending_here`` lists what is pending for this
+  consumer (``XPENDING ... <consumer>``, by pages).
 
 A replica that may not read or write the runs hash (an ACL without ``fleetgate:{NAME}:runs``)
 logs it once and counts runs in memory only (``runs_enabled`` turns False).
@@ -32,15 +35,18 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import redis.asyncio as aioredis
 from redis.client import NEVER_DECODE
 from redis.exceptions import NoPermissionError, RedisError, ResponseError
 
-from replica.service.entry import WorkItem
+from replica.service.entry import WorkItem, text
 
 log = logging.getLogger(__name__)
+
+PENDING_PAGE: Final = 500
+"""Rows per ``XPENDING`` of ``pending_here``."""
 
 
 def _count_of(value: bytes | str | None) -> int:
@@ -254,6 +260,31 @@ class Ledger:
                 idle=idle_ms, justid=True,
             )
         return owned, lost
+
+    async def hand_back(self, ids: Sequence[str], idle_ms: int) -> None:
+        """Mark entries pending here idle for ``idle_ms`` already (``XCLAIM <stream> <group>
+        <consumer> 0 <ids> IDLE <idle_ms> JUSTID``): a claim sweep for entries idle that long
+        takes them at once. The run counts are left as they are."""
+        if ids:
+            await self._redis.xclaim(
+                self.stream, self.group, self.consumer, 0, list(ids),
+                idle=idle_ms, justid=True,
+            )
+
+    async def pending_here(self) -> list[tuple[str, int]]:
+        """The entries pending for this consumer, each with its idle time in ms (``XPENDING
+        <stream> <group> <start> + <count> <consumer>``, a page at a time)."""
+        found: list[tuple[str, int]] = []
+        start = "-"
+        while True:
+            rows: list[dict[str, Any]] = await self._redis.xpending_range(
+                self.stream, self.group, start, "+", PENDING_PAGE, consumername=self.consumer
+            )
+            found += [(text(row["message_id"]), int(row["time_since_delivered"]))
+                      for row in rows]
+            if len(rows) < PENDING_PAGE:
+                return found
+            start = f"({found[-1][0]}"
 
 
 __all__ = ["Ledger"]
