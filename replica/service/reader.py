@@ -4,18 +4,30 @@ It reads only while the pool runs, the handler's breaker is not open and ``Holdi
 and otherwise waits for something to change (``Holdings.changed``: an item left, a retry fell
 due, the pool resumed), never on a timer. Each round it first sweeps the group for entries idle
 for longer than ``claim_idle`` (``XAUTOCLAIM``, at most every ``claim_idle / 2``: entries of a
-replica that died, or that a stopping one handed back), then reads: first this replica's own
-pending entries (a restart under the same id), then new ones (``XREADGROUP ... >`` with a
-``BLOCK`` of at most a second, so a pause or a stop is seen promptly).
+replica that died, or that a stopping or paused one handed back), then reads: first this
+replica's own pending entries (a restart under the same id), then new ones (``XREADGROUP ...
+>``, blocking for ``READ_BLOCK_S`` at most, less when the next sweep is due sooner).
 
-The two commands that return entries are sent with redis-py's ``NEVER_DECODE`` option, whatever
-the client's ``decode_responses``: their replies are raw bytes, so no entry's bytes can make a
-read fail, and each entry is decoded on its own (``replica.service.entry.decode``). An entry that
-cannot be decoded goes to the dead-letter stream at once, whole, with the reason, and the others
-of its batch are taken as usual: no entry can stop the reader. The run counts of the entries of
-each batch are read with one ``HMGET`` before they go into the pool (``Ledger.learn_runs``), so
-the start of a run waits for no round trip. A Redis error makes it wait (0.1 s doubling up to
-5 s) and try again.
+**A held replica reads nothing.** While the pool is held (by any source: the fleet, an operator,
+the breaker, the control plane, a stop), no read and no claim sweep is sent. The reads go over a
+connection of their own (``ReadLine``), which a hold or a stop closes at once: a read blocked in
+Redis ends then, so nothing waits for it, and it cannot return entries later. What a read or a
+sweep returns once the pool is held anyway (its reply was on its way) is handed back to the group
+at once (``XCLAIM ... IDLE <claim_idle> JUSTID``: the next claim sweep, this replica's or a
+peer's, takes it). So is what Redis may have delivered to a read whose reply was lost (closed,
+timed out): the entries pending for this consumer that it does not hold and that were delivered
+lately (``XPENDING ... <consumer>``). Items already in the pool when the hold came stay there,
+their leases renewed. Once the pool is released, the first round sweeps at once, so what was
+handed back comes back without waiting for ``claim_idle``.
+
+The two commands that return entries are sent undecoded (redis-py's ``NEVER_DECODE``, or
+``disable_decoding`` on the read connection), whatever the client's ``decode_responses``: their
+replies are raw bytes, so no entry's bytes can make a read fail, and each entry is decoded on its
+own (``replica.service.entry.decode``). An entry that cannot be decoded goes to the dead-letter
+stream at once, whole, with the reason, and the others of its batch are taken as usual: no entry
+can stop the reader. The run counts of the entries of each batch are read with one ``HMGET``
+before they go into the pool (``Ledger.learn_runs``), so the start of a run waits for no round
+trip. A Redis error makes it wait (0.1 s doubling up to 5 s) and try again.
 """
 
 from __future__ import annotations
@@ -44,14 +56,17 @@ from replica.service.entry import (
 )
 from replica.service.holdings import Holdings
 from replica.service.ledger import Ledger
+from replica.service.readline import ReadAborted, ReadLine
 from replica.service.settings import ReplicaSettings
 
 log = logging.getLogger(__name__)
 
-READ_BLOCK_S: Final = 0.25
-"""The longest a read waits in Redis: bounds how late a stop is seen by the reader (a stop
-waits for the read in progress, and ``fleetgate-replica`` ends within about a second of
-SIGTERM: see ``replica.__main__``). Four idle reads a second per replica cost Redis nothing."""
+READ_BLOCK_S: Final = 5.0
+"""The longest a read waits in Redis (``BLOCK``). A hold or a stop does not wait for it (it
+closes the read's connection), so this only sets what an idle replica costs Redis: one
+``XREADGROUP`` every 5 s (1,000 a second for 5,000 idle replicas)."""
+MIN_BLOCK_S: Final = 0.01
+"""The shortest ``BLOCK`` (``BLOCK 0`` would wait for ever), when a sweep is due at once."""
 REDIS_OP_TIMEOUT_S: Final = 5.0
 """Bound on one bookkeeping command (run count, ack, dead letter)."""
 BACKOFF_MIN_S: Final = 0.1
@@ -101,14 +116,30 @@ class StreamReader:
         self._breaker_check = breaker_check_interval
         self.stopping = False
         self.group_ready = False
+        self.parked = asyncio.Event()
+        """Set while the loop waits for the pool to be released (held or closed), with nothing
+        of its own in progress: no read, and what a read returned after the hold handed back."""
+        self._line = ReadLine(redis)
+        self._unsettled = False
+        """A read or a sweep failed after it was sent: Redis may have delivered entries to this
+        consumer that it never saw (``_settle`` hands them back)."""
         self._history_cursor: str | None = "0"  # own pending entries first, then ">"
         self._claim_cursor = "0-0"
         self._next_claim = 0.0
 
     def stop(self) -> None:
-        """Stop after the current round (a blocking read ends within ``READ_BLOCK_S``)."""
+        """Stop after the current round; a read in progress is aborted at once."""
         self.stopping = True
+        self._line.abort()
         self.holdings.changed.set()
+
+    def abort_read(self) -> None:
+        """End a read in progress now (the pool was just held): it takes nothing more."""
+        self._line.abort()
+
+    def _held(self) -> bool:
+        """No new work may be taken: the pool is held or closed, or the reader stops."""
+        return self.pool.paused or self.pool.closed or self.stopping
 
     async def _wait(self, timeout: float | None = None) -> None:
         """Sleep until something changes (an item leaves, the pool resumes, stop)."""
@@ -120,29 +151,46 @@ class StreamReader:
             await asyncio.wait_for(changed.wait(), timeout)
 
     async def loop(self) -> None:
+        try:
+            await self._rounds()
+            if self._unsettled:  # stopping: what an aborted read delivered goes back too
+                try:
+                    async with asyncio.timeout(REDIS_OP_TIMEOUT_S):
+                        await self._settle()
+                except (RedisError, OSError) as exc:  # TimeoutError included
+                    log.info("%s could not hand back what its last read may have taken (%r): "
+                             "claimed after %ss", self.consumer, exc, self.claim_idle)
+        finally:
+            await self._line.close()
+
+    async def _rounds(self) -> None:
         backoff = BACKOFF_MIN_S
         holdings = self.holdings
         while not self.stopping:
             check_cancelled()
             holdings.changed.clear()
-            if self.pool.paused or self.pool.closed:
-                await self._wait()
-                continue
-            if self._breaker_open():
-                # Dependency down and the pool not held yet: take nothing until the breaker
-                # leaves "open" (follow_breaker will hold the pool within its interval).
-                await self._wait(self._breaker_check)
-                continue
-            holdings.feed_due()
-            room = holdings.room()
-            if room <= 0:
-                await self._wait()
-                continue
             try:
+                if self._unsettled:
+                    await self._settle()
+                if self.pool.paused or self.pool.closed:
+                    self.parked.set()
+                    await self._wait()
+                    self.parked.clear()
+                    continue
+                if self._breaker_open():
+                    # Dependency down and the pool not held yet: take nothing until the breaker
+                    # leaves "open" (follow_breaker will hold the pool within its interval).
+                    await self._wait(self._breaker_check)
+                    continue
+                holdings.feed_due()
+                room = holdings.room()
+                if room <= 0:
+                    await self._wait()
+                    continue
                 if not self.group_ready:
                     await self.ensure_group()
                 got = await self._claim(room)
-                if not got and not self.stopping and not self.pool.paused:
+                if not got and not self._held():
                     await self._read(holdings.room())
                 backoff = BACKOFF_MIN_S
             except asyncio.CancelledError:
@@ -171,10 +219,14 @@ class StreamReader:
         now = time.monotonic()
         if now < self._next_claim:
             return 0
-        reply = await self._redis.execute_command(  # type: ignore[no-untyped-call]
-            "XAUTOCLAIM", self.stream, self.group, self.consumer, int(self.claim_idle * 1000),
-            self._claim_cursor, "COUNT", room, **RAW,
-        )
+        try:
+            reply = await self._redis.execute_command(  # type: ignore[no-untyped-call]
+                "XAUTOCLAIM", self.stream, self.group, self.consumer,
+                int(self.claim_idle * 1000), self._claim_cursor, "COUNT", room, **RAW,
+            )
+        except (RedisError, OSError) as exc:
+            self._note_lost_reply(exc)
+            raise
         cursor = text(reply[0])
         if cursor in ("0-0", "0"):
             self._claim_cursor = "0-0"
@@ -193,11 +245,22 @@ class StreamReader:
             return 0
         history = self._history_cursor is not None
         cursor = self._history_cursor if self._history_cursor is not None else ">"
-        block = [] if history else ["BLOCK", int(READ_BLOCK_S * 1000)]
-        reply = await self._redis.execute_command(  # type: ignore[no-untyped-call]
-            "XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", room, *block,
-            "STREAMS", self.stream, cursor, **RAW,
-        )
+        block_s = 0.0
+        if not history:  # wake up for the next sweep; READ_BLOCK_S looked up now (tests)
+            block_s = min(READ_BLOCK_S, max(self._next_claim - time.monotonic(), MIN_BLOCK_S))
+        block = ["BLOCK", max(int(block_s * 1000), 1)] if block_s else []
+        try:
+            reply = await self._line.read(
+                ("XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", room, *block,
+                 "STREAMS", self.stream, cursor),
+                block_s + REDIS_OP_TIMEOUT_S,
+            )
+        except ReadAborted:
+            self._unsettled = True
+            return 0
+        except (RedisError, OSError) as exc:
+            self._note_lost_reply(exc)
+            raise
         entries = read_entries(reply)
         if history:
             if not entries:
@@ -213,7 +276,11 @@ class StreamReader:
     async def _admit(self, entries: Sequence[tuple[str, RawFields | None]], via: str) -> int:
         """Hold a batch: each entry decoded on its own (a malformed one is dead-lettered), the
         run counts of the good ones read with one ``HMGET`` (so a run needs no round trip
-        before its handler), then each queued in the pool. How many were taken."""
+        before its handler), then each queued in the pool. How many were taken. A batch that
+        comes once the pool is held (before or during its admission) is handed back."""
+        if self._held():
+            await self._hand_back([e for e, _ in entries if not self._known(e)])
+            return 0
         works: list[WorkItem] = []
         for entry_id, fields in entries:
             work = await self._decode(entry_id, fields, via)
@@ -222,6 +289,9 @@ class StreamReader:
         if not works:
             return 0
         await self._ledger.learn_runs(works, REDIS_OP_TIMEOUT_S)
+        if self._held():
+            await self._hand_back([work.entry_id for work in works])
+            return 0
         got = 0
         for work in works:
             if self.holdings.take(work):
@@ -229,11 +299,54 @@ class StreamReader:
         self._counts[VIA_COUNTER[via]] += got
         return got
 
+    def _known(self, entry_id: str) -> bool:
+        """Held here, or done with its XACK on the way (or to be retried)."""
+        ledger = self._ledger
+        return entry_id in self.holdings or entry_id in ledger.acking or entry_id in ledger.unacked
+
+    async def _hand_back(self, ids: Sequence[str]) -> None:
+        """Give entries pending here back to the group now: marked idle for ``claim_idle``
+        already, so the next claim sweep (a peer's, or this replica's once it reads again)
+        takes them. If Redis does not answer, ``_settle`` tries again."""
+        if not ids:
+            return
+        try:
+            await self._ledger.hand_back(ids, int(self.claim_idle * 1000))
+        except (RedisError, OSError) as exc:
+            self._note_lost_reply(exc)
+            raise
+        self._counts["handed_back"] += len(ids)
+        self._next_claim = 0.0  # sweep in the first round this replica reads again
+        self._claim_cursor = "0-0"
+        log.info("%s handed %d entries back to %s/%s (read once its pool was held, or by a "
+                 "read whose reply was lost)", self.consumer, len(ids), self.stream, self.group)
+
+    async def _settle(self) -> None:
+        """Hand back what a read or a sweep whose reply was lost may have delivered here: the
+        entries pending for this consumer, delivered lately (idle for less than half of
+        ``claim_idle``; older ones are claimable already or soon, and leaving them alone never
+        undoes a peer's claim), that it does not hold."""
+        fresh_ms = self.claim_idle * 1000 / 2
+        try:
+            rows = await self._ledger.pending_here()
+            await self._hand_back([entry_id for entry_id, idle_ms in rows
+                                   if idle_ms < fresh_ms and not self._known(entry_id)])
+        except ResponseError as exc:  # no group any more, or an ACL: asking again won't help
+            log.warning("%s cannot hand back what a lost reply may have delivered (%s): "
+                        "claimed after %ss", self.consumer, exc, self.claim_idle)
+        self._unsettled = False
+
+    def _note_lost_reply(self, exc: BaseException) -> None:
+        """A command that may deliver entries failed: unless Redis answered (with an error),
+        it may have delivered some."""
+        if not isinstance(exc, ResponseError):
+            self._unsettled = True
+
     async def _decode(self, entry_id: str, fields: RawFields | None, via: str) -> WorkItem | None:
         """The item of one entry of a batch, or None (not to be held: dead-lettered, or held
         or done already)."""
         ledger = self._ledger
-        if entry_id in self.holdings or entry_id in ledger.acking or entry_id in ledger.unacked:
+        if self._known(entry_id):
             # Held here already, or done with its XACK on the way: this replica's own claim
             # sweep can return such an entry when a stall let it sit past claim_idle.
             return None

@@ -2,8 +2,9 @@
 
 Work lives in the stream ``fleetgate:{NAME}:work`` (each entry's field ``item`` holds the item
 as JSON), read through the consumer group ``fleetgate``; the consumer name is the replica id.
-The parts: ``StreamReader`` reads while the pool runs and has room (a paused replica leaves new
-work in Redis), ``Holdings`` knows where each held item is, ``Ledger`` writes run counts, acks and
+The parts: ``StreamReader`` reads while the pool runs and has room (a held replica sends no
+read: a hold closes the read in progress, and what a read still returns goes back to the group
+at once), ``Holdings`` knows where each held item is, ``Ledger`` writes run counts, acks and
 leases, ``RetryPolicy``/``Backoffs`` space out retries, ``DeadLetters`` and ``Trimmer``.
 
 Where every item is, at each step (nothing is lost: an entry leaves the group's pending list
@@ -35,7 +36,9 @@ only with its XACK, after a success or with its dead letter):
    keeps killing replicas is dead-lettered without running once its runs are used up.
 8. **This replica stops**: in-flight items finish within the timeout (one cut off past it gives
    its run back); what is left (unstarted, awaiting a retry) stays pending, marked idle for
-   ``claim_idle`` already, so the others' next claim sweep takes it.
+   ``claim_idle`` already, so the others' next claim sweep takes it. So does an entry a read
+   returns once the pool is held (by a pause or the stop): it is handed back, never queued;
+   items queued before the hold stay queued (their leases renewed) until the pool is released.
 9. **Acknowledged**: trimmed from the stream once every consumer group is past it.
 
 If Redis does not answer a dead letter, the entry stays pending and comes back with this
@@ -90,7 +93,8 @@ class SourceStats:
     lost_leases: int
     redis_errors: int
     handed_back: int
-    """Entries left pending at ``stop()`` and marked idle for the others to claim at once."""
+    """Entries left pending (at ``stop()``, or read once the pool was held) and marked idle
+    for the group's next claim sweep to take at once."""
     trimmed: int
     """Acknowledged entries this replica trimmed from the stream."""
     held: int
@@ -108,8 +112,9 @@ class SourceStats:
 
 class StreamSource:
     """Feeds ``pool`` (built here, with this source's handler wrapper) from the work stream.
-    ``redis`` may decode responses or not: entries are read undecoded either way. Its socket
-    timeout must exceed ``READ_BLOCK_S`` (a blocking read)."""
+    ``redis`` may decode responses or not: entries are read undecoded either way. The blocking
+    reads go over a connection of their own from its pool (``ReadLine``), with their own
+    timeout."""
 
     def __init__(
         self,
@@ -192,13 +197,14 @@ class StreamSource:
                   exc_info=exc)
 
     async def stop_reading(self) -> None:
-        """Stop taking work from the stream (waits for a read in progress, at most ~1 s)."""
+        """Stop taking work from the stream: a read in progress is aborted, and what it may
+        have delivered is handed back (bounded by ``REDIS_OP_TIMEOUT_S``)."""
         self.reader.stop()
         reader = self._reader
         if reader is None or reader.done():
             return
         try:
-            await asyncio.wait_for(asyncio.shield(reader), READ_BLOCK_S + REDIS_OP_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.shield(reader), REDIS_OP_TIMEOUT_S + 1.0)
         except TimeoutError:
             await cancel_bounded(reader)
 
@@ -283,7 +289,9 @@ class StreamSource:
         )
 
     def _on_pool_event(self, event: str) -> None:
-        if event == "resumed":
+        if event == "paused":  # held: a read in progress takes nothing more
+            self.reader.abort_read()
+        elif event == "resumed":
             self.holdings.feed_due()
         self.holdings.changed.set()
 
