@@ -28,6 +28,7 @@ from replica.service.handlers import HandlerContext, use_context
 from tests.procs import Processes
 
 REPO = Path(__file__).resolve().parents[1]
+RUN_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 LAST_LINE = re.compile(
     r"chaos: seed=\d+ duration=\d+s topology=single faults=\d+ items=\d+ lost=\d+ "
     r"starts-after-apply=\d+ duplicates=\d+ \(explained \d+\) wait-lies=\d+: (ok|failed)"
@@ -177,19 +178,21 @@ def test_checking_a_history_that_never_finished_fails_and_a_missing_one_is_bad_u
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_short_run_prints_the_table_and_the_last_line_and_leaves_no_process(
-    tmp_path: Path,
+async def test_a_short_run_prints_the_table_and_the_last_line_and_leaves_no_process(
+    tmp_path: Path, processes: Processes
 ) -> None:
-    done = subprocess.run(
+    proc = await processes.start_async(
         chaos_command("--seed", "3", "--duration", "12", "--replicas", "2", "--rate", "20",
                       "--workdir", str(tmp_path)),
-        cwd=REPO, capture_output=True, text=True, timeout=280,
+        env=RUN_ENV, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
-    out = done.stdout.strip().splitlines()
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 280)
+    out = stdout.decode().strip().splitlines()
     assert out[0].startswith("chaos: seed=3 (from --seed), duration 12s, 2 replicas")
     assert any(line.startswith("| rule 7: no unexpected exit") for line in out)
     assert LAST_LINE.fullmatch(out[-1]), out[-1]
-    assert done.returncode == (0 if out[-1].endswith(": ok") else 1), done.stderr
+    assert proc.returncode == (0 if out[-1].endswith(": ok") else 1), stderr.decode()
     history = read_history(tmp_path / "history")
     assert history[-1]["ev"] == "run-end" and history[-1]["phase"] == "done"
     assert {e["kind"] for e in history if e["ev"] == "fault-start"} <= set(KINDS)
@@ -205,7 +208,7 @@ async def test_a_run_stopped_by_sigterm_stops_every_process_it_started(
     proc = await processes.start_async(
         chaos_command("--seed", "4", "--duration", "120", "--replicas", "2",
                       "--workdir", str(tmp_path)),
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        env=RUN_ENV, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
     )
     runner_history = tmp_path / "history" / "runner.jsonl"
     async with asyncio.timeout(120):  # another process's file: read until the chaos began
