@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import sys
 from collections.abc import Awaitable, Sequence
@@ -33,7 +32,7 @@ from replica.service.settings import (
     load_settings,
     settings_table,
 )
-from replica.service.shutdown import Shutdown
+from replica.service.shutdown import Shutdown, exit_now
 
 PROG = "fleetgate-replica"
 EXIT_CONFIG = 2
@@ -99,7 +98,7 @@ async def serve(
             stop.set()
         else:
             log.warning("%s received again: stopping at once", sig.name)
-            _exit_now(1)
+            exit_now(1)
 
     # Not armed by the signal: the items in flight finish first (bounded by
     # FLEETGATE_PAUSE_TIMEOUT); ``_stop`` arms the watchdog once they have.
@@ -149,15 +148,9 @@ async def _stop(service: Any, shutdown: Shutdown) -> None:
     done, _ = await asyncio.wait([stopper], timeout=STOP_BUDGET_S)
     if not done:
         log.warning("the stop took over %ss after the drain: cutting it short", STOP_BUDGET_S)
-        _exit_now(0)
+        exit_now(0)
     if not stopper.cancelled() and stopper.exception() is not None:
         log.warning("the stop failed: %r", stopper.exception())
-
-
-def _exit_now(status: int) -> None:
-    """End the process at once, its log flushed."""
-    logging.shutdown()
-    os._exit(status)
 
 
 async def _end_stragglers(status: int, timeout: float) -> None:
@@ -173,7 +166,7 @@ async def _end_stragglers(status: int, timeout: float) -> None:
         if loop.time() >= deadline:
             names = ", ".join(sorted(t.get_name() for t in tasks))
             log.warning("tasks still running at exit: %s; exiting anyway", names)
-            _exit_now(status)
+            exit_now(status)
         for task in tasks:
             task.cancel()
         await asyncio.wait(tasks, timeout=min(0.05, max(deadline - loop.time(), 0.0)))
@@ -206,8 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if shutdown.received:
         # Stopped by a signal: everything is stopped and logged. The interpreter's own teardown
         # (0.1 to 0.3 s on a loaded machine) would only delay the exit.
-        sys.stdout.flush()
-        _exit_now(status)
+        exit_now(status)
     return status
 
 
