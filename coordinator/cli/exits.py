@@ -5,6 +5,8 @@
     2  bad usage or configuration
     3  a --wait that timed out (the stragglers named on stderr)
     5  the outcome of a change is unknown: it was sent and no answer came (read the state)
+  130  interrupted by SIGINT (Ctrl-C); ``status --watch`` ends with 0 (see cli.read)
+  143  stopped by SIGTERM; 0 for ``status --watch``
 
 Every failure is one line on stderr, never a traceback: a command raises ``CliError`` and the
 entry point (``coordinator.cli.app.main``) prints it.
@@ -20,6 +22,7 @@ EXIT_USAGE: Final = 2
 EXIT_TIMEOUT: Final = 3
 EXIT_OUTCOME_UNKNOWN: Final = 5
 EXIT_INTERRUPTED: Final = 130
+EXIT_TERMINATED: Final = 143
 
 EXIT_STATUSES: Final = {
     EXIT_OK: "done",
@@ -27,6 +30,8 @@ EXIT_STATUSES: Final = {
     EXIT_USAGE: "bad usage or configuration",
     EXIT_TIMEOUT: "a --wait ran out of --timeout",
     EXIT_OUTCOME_UNKNOWN: "the outcome of a change is unknown",
+    EXIT_INTERRUPTED: "interrupted by Ctrl-C (SIGINT)",
+    EXIT_TERMINATED: "stopped by SIGTERM",
 }
 """What each status means (the README's table lists the same)."""
 
@@ -49,6 +54,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_OUTCOME_UNKNOWN",
     "EXIT_STATUSES",
+    "EXIT_TERMINATED",
     "EXIT_TIMEOUT",
     "EXIT_UNREACHABLE",
     "EXIT_USAGE",
