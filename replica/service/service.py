@@ -40,10 +40,13 @@ from replica.service.handlers import HandlerContext, LoadedHandler, _context
 from replica.service.http import create_app
 from replica.service.metrics import ReplicaMetrics
 from replica.service.settings import BreakerSettings, ReplicaSettings
-from replica.service.source import READ_BLOCK_S, StreamSource
+from replica.service.source import StreamSource
 
 log = logging.getLogger(__name__)
 
+CLIENT_TIMEOUT_S: Final = 10.0
+"""Socket timeout of the replica's shared client. No command of it blocks: the stream's blocking
+reads have a connection of their own (replica.service.readline)."""
 HTTP_SHUTDOWN_S: Final = 5.0
 
 
@@ -87,7 +90,7 @@ class ReplicaService:
             settings.redis_url,
             decode_responses=True,
             socket_connect_timeout=5.0,
-            socket_timeout=READ_BLOCK_S + 10.0,
+            socket_timeout=CLIENT_TIMEOUT_S,
             health_check_interval=30,
         )
         self.source = StreamSource(
