@@ -1,6 +1,6 @@
 """``python -m coordinator``: the same as the ``fleetgate`` command."""
 
-from coordinator.cli.app import main
+from coordinator.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -184,7 +184,8 @@ def _loaded_after(statement: str) -> list[str]:
         ("import replica.contract", ("redis", "pydantic", "pydantic_settings", "fastapi")),
         ("import replica.errors", ("redis", "pydantic")),
         ("import replica", ("redis", "pydantic", "fastapi", "uvicorn")),
-        ("import coordinator.cli", ("fastapi", "uvicorn", "starlette")),
+        ("import coordinator.cli.app", ("fastapi", "uvicorn", "starlette")),
+        ("import coordinator.cli", ("fastapi", "uvicorn", "redis", "pydantic", "rich")),
         ("import coordinator", ("fastapi", "uvicorn", "redis", "pydantic")),
     ],
 )

@@ -48,7 +48,7 @@ from replica.contract import (
     now_utc,
 )
 from tests.fleetkit import FLEETGATE
-from tests.procs import REPLICA, TOKEN, Processes, base_env, enqueue
+from tests.procs import REPLICA, TOKEN, Processes, base_env, enqueue, with_default_signals
 
 pytestmark = pytest.mark.slow
 
@@ -403,3 +403,24 @@ async def test_processes_also_kills_what_its_processes_started_in_sessions_of_th
             if not _alive(grandchild):
                 return
             await asyncio.sleep(0.01)
+
+
+def test_a_ctrl_c_while_the_cli_loads_its_modules_ends_it_with_130_and_no_traceback() -> None:
+    """The signal lands in the middle of ``import coordinator.cli.app`` (a meta path hook sends it
+    then, deterministically), as a Ctrl-C does when it comes in the CLI's first few hundred ms."""
+    code = (
+        "import importlib.abc, os, signal, sys\n"
+        "import coordinator.cli as cli\n"
+        "class Interrupt(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'coordinator.cli.app':\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "sys.exit(cli.main(['--help']))\n"
+    )
+    done = subprocess.run(with_default_signals([sys.executable, "-c", code]),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130
+    assert done.stderr == "fleetgate: interrupted by SIGINT\n"
+    assert "Usage" not in done.stdout
