@@ -50,12 +50,13 @@ def test_the_demo_pauses_a_real_fleet_mid_run_and_loses_nothing(
 def test_the_demo_exits_one_with_one_line_when_redis_cannot_be_reached(
     processes: Processes,
 ) -> None:
-    done = _run_demo(processes, {"FLEETGATE_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"},
-                     timeout=90)
+    url = f"redis://demo:s3cret%23pw@127.0.0.1:{free_port()}/0"
+    done = _run_demo(processes, {"FLEETGATE_REDIS_URL": url}, timeout=90)
     assert done.returncode == 1
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("fleetgate demo:"), done.stderr
     assert "Traceback" not in done.stderr
+    assert "s3cret" not in done.stderr + done.stdout and "demo:***@" in done.stderr
 
 
 def test_demo_serve_keeps_the_dashboard_up_until_ctrl_c_then_stops_every_process(

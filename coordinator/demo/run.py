@@ -39,11 +39,13 @@ import httpx
 import redis
 import redis.asyncio as aioredis
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from coordinator.demo.localredis import LocalRedis, free_port
 from coordinator.fleet.fleet import Fleet
 from replica.contract import Keys, parse_time
+from replica.contract.urls import redact_url
 from replica.service.shutdown import Interrupted, Shutdown, conventional_status
 
 ITEMS = 600
@@ -117,10 +119,12 @@ class Demo:
                 with redis.Redis.from_url(url, socket_connect_timeout=3) as probe:
                     probe.ping()
             except (redis.RedisError, ValueError) as exc:
-                raise RuntimeError(f"cannot reach Redis at {url}: {exc}") from None
+                raise RuntimeError(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
             self.redis_url = url
             self.fleet_name = f"demo-{secrets.token_hex(3)}"  # never touch a real fleet
-            self.console.print(f"redis: {url} (FLEETGATE_REDIS_URL), fleet {self.fleet_name}")
+            self.console.print(
+                f"redis: {escape(redact_url(url))} (FLEETGATE_REDIS_URL), fleet {self.fleet_name}"
+            )
             return
         self.redis_server = LocalRedis().start()
         self.redis_url = self.redis_server.url
