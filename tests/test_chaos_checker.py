@@ -316,6 +316,26 @@ def test_a_replica_whose_applied_version_goes_back_breaks_rule_4() -> None:
     assert result.rules[4].first is not None and "had v2" in result.rules[4].first
 
 
+def restored_pause(restore: bool) -> list[dict[str, Any]]:
+    """Redis restarts empty after the resume (v2); r2, stale, puts the pause (v1) back; r1
+    applies that older pause over its newer running state, as the product's rule says."""
+    events = [*clean(), *fault(1, "redis-restart", "redis", 3.3, 3.5, mode="empty"),
+              ack("r1", 3.7, 1, True), ack("r1", 3.9, 2, False)]
+    if restore:
+        events.append(ev("audit", 3.65, action="restore", version=1, at=T + 3.6, by="r2",
+                         reason="state hash was missing or older"))
+    return events
+
+
+def test_an_older_restored_pause_winning_over_a_newer_running_state_is_a_known_defect() -> None:
+    result = check(restored_pause(restore=True))
+    assert 4 not in broken_rules(result) and result.rules[4].known == 1
+    assert result.rules[4].first_known is not None
+    assert "the restored pause won" in result.rules[4].first_known
+    assert 4 in broken_rules(check(restored_pause(restore=True), strict=True))
+    assert 4 in broken_rules(check(restored_pause(restore=False)))
+
+
 def test_a_new_life_that_starts_at_an_older_version_does_not_break_rule_4() -> None:
     events = [*clean(), ev("exit", 3.3, replica="r2", pid=12, status=-9, killed=True),
               ev("spawn", 3.4, replica="r2", pid=22), ev("healthy", 3.8, replica="r2", pid=22),
