@@ -7,13 +7,16 @@ The status shape (``fleetgate status --json`` and ``GET /api/fleet``)::
      "replicas": [ReplicaInfo.to_dict(), ...],
      "summary": {"replicas": 3, "running": 0, "paused": 0, "quiet": 3, "stale": 0,
                  "live": 3, "unacknowledged": 0, "in_flight": 0, "queued": 12,
-                 "effectively_paused": true, "pause_age_s": 252.1, "overdue": false,
-                 "now": "2026-11-30T08:04:12.100Z"}}
+                 "unreadable": 0, "effectively_paused": true, "pause_age_s": 252.1,
+                 "overdue": false, "now": "2026-11-30T08:04:12.100Z"}}
 
 A replica's state is exactly one of ``running``, ``paused`` (held, items still in flight),
 ``quiet`` (held, nothing in flight) and ``stale`` (no heartbeat for a while: its figures are
 old). ``unacknowledged`` counts live replicas behind the fleet's current version. A pause is
 ``overdue`` past its ``expected_until``, or past ``max_pause`` when it was given no window.
+``unreadable`` counts the entries of the ``replicas`` set (and their records) that could not be
+read and were skipped (``FleetStatus.unreadable``: a member that is not a replica id, a record
+that is not a hash).
 Ages read ``4m12s``; times are UTC ISO 8601.
 
 Every text read from Redis (reasons, ``by``, replica ids, hosts, audit fields) reaches the
@@ -33,7 +36,15 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator.durations import format_age
-from coordinator.fleet.models import AuditEvent, ReplicaInfo, WaitReport
+from coordinator.fleet.models import (
+    GONE,
+    WHY_UNREACHABLE,
+    AuditEvent,
+    FleetStatus,
+    ReplicaInfo,
+    ReplicaResult,
+    WaitReport,
+)
 from replica.contract import FleetState, format_time, now_utc
 
 REPLICA_STATES: Final = ("running", "paused", "quiet", "stale")
@@ -118,6 +129,7 @@ def summary(
     replicas: Sequence[ReplicaInfo],
     now: datetime | None = None,
     max_pause: float = DEFAULT_MAX_PAUSE_S,
+    unreadable: int = 0,
 ) -> dict[str, Any]:
     """The ``summary`` object of the status shape."""
     now = now or now_utc()
@@ -132,6 +144,7 @@ def summary(
         "unacknowledged": len(unacknowledged(state, replicas)),
         "in_flight": sum(r.in_flight for r in live),
         "queued": sum(r.queued for r in live),
+        "unreadable": unreadable,
         "effectively_paused": state.effectively_paused(now),
         "pause_age_s": _round(pause_age_s(state, now)),
         "overdue": is_overdue(state, now, max_pause),
@@ -144,14 +157,22 @@ def status_dict(
     replicas: Sequence[ReplicaInfo],
     now: datetime | None = None,
     max_pause: float = DEFAULT_MAX_PAUSE_S,
+    unreadable: int = 0,
 ) -> dict[str, Any]:
     """The status shape: ``status --json`` and ``GET /api/fleet``."""
     return {
         "fleet": state.fleet,
         "state": state.to_dict(),
         "replicas": [r.to_dict() for r in replicas],
-        "summary": summary(state, replicas, now, max_pause),
+        "summary": summary(state, replicas, now, max_pause, unreadable),
     }
+
+
+def fleet_status_dict(
+    status: FleetStatus, now: datetime | None = None, max_pause: float = DEFAULT_MAX_PAUSE_S
+) -> dict[str, Any]:
+    """``status_dict`` of ``Fleet.status()``."""
+    return status_dict(status.state, status.replicas, now, max_pause, status.unreadable)
 
 
 def history_dict(fleet: str, events: Sequence[AuditEvent]) -> dict[str, Any]:
@@ -244,11 +265,19 @@ def replica_table(
     return table
 
 
+def unreadable_line(unreadable: int) -> str:
+    """What ``status`` says of the entries it skipped."""
+    entries = "entry" if unreadable == 1 else "entries"
+    return (f"{unreadable} {entries} of the replicas set cannot be read (not a replica id, or a "
+            "record that is not a hash): skipped")
+
+
 def status_renderable(
     state: FleetState,
     replicas: Sequence[ReplicaInfo],
     now: datetime | None = None,
     max_pause: float = DEFAULT_MAX_PAUSE_S,
+    unreadable: int = 0,
 ) -> RenderableType:
     now = now or now_utc()
     parts: list[RenderableType] = [banner(state, replicas, now, max_pause)]
@@ -256,7 +285,16 @@ def status_renderable(
         parts.append(replica_table(state, replicas, now))
     else:
         parts.append(Text("no replica has reported", style="italic"))
+    if unreadable:
+        parts.append(Text(unreadable_line(unreadable), style="yellow"))
     return Group(*parts)
+
+
+def fleet_status_renderable(
+    status: FleetStatus, now: datetime | None = None, max_pause: float = DEFAULT_MAX_PAUSE_S
+) -> RenderableType:
+    """``status_renderable`` of ``Fleet.status()``."""
+    return status_renderable(status.state, status.replicas, now, max_pause, status.unreadable)
 
 
 def history_table(events: Sequence[AuditEvent]) -> RenderableType:
@@ -284,9 +322,20 @@ def action_line(state: FleetState) -> str:
     return f"fleet {state.fleet} resumed by {printable(state.by)} (version {state.version}{stagger})"
 
 
+def why_not(result: ReplicaResult) -> str:
+    """Why a replica did not get there: ``unreachable`` says when it was last heard and what
+    it had in flight then (its items may still be running)."""
+    why = result.why or "no answer"
+    if why != WHY_UNREACHABLE:
+        return why
+    heard = format_time(result.last_heard) if result.last_heard is not None else "never"
+    items = "in flight unknown" if result.in_flight is None else f"{result.in_flight} in flight"
+    return f"{why}, last heard {heard}, {items}"
+
+
 def wait_table(report: WaitReport) -> RenderableType:
     """Each replica's acknowledgement: when it applied the change (and, for a pause, when it
-    turned quiet), or why it did not get there."""
+    turned quiet), or why it did not get there; then those excused (they left)."""
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     pause = report.action == "pause"
     columns = ["replica", "reached", "applied at"] + (["quiet at"] if pause else []) + ["why not"]
@@ -300,7 +349,13 @@ def wait_table(report: WaitReport) -> RenderableType:
         ]
         if pause:
             row.append(cell(_at_after(r.quiet_at, r.quiet_after_s)))
-        row.append(cell(r.why or ""))
+        row.append(cell(why_not(r) if not r.reached else ""))
+        table.add_row(*row)
+    for e in report.excused:
+        row = [cell(e.id), Text("excused", style="yellow"), cell("-")]
+        if pause:
+            row.append(cell("-"))
+        row.append(cell(f"{e.reason} (stopped cleanly)" if e.reason == GONE else e.reason))
         table.add_row(*row)
     return table
 
@@ -321,13 +376,17 @@ def _lag(seconds: float) -> str:
 
 
 def stragglers_line(report: WaitReport) -> str:
-    """The one stderr line of a ``--wait`` that timed out."""
+    """The one stderr line of a ``--wait`` that timed out (and who was excused)."""
     stragglers = [r for r in report.replicas if not r.reached]
-    named = ", ".join(printable(f"{r.id} ({r.why or 'no answer'})") for r in stragglers)
+    named = ", ".join(printable(f"{r.id} ({why_not(r)})") for r in stragglers)
     goal = "quiet" if report.action == "pause" else "running"
+    excused = ""
+    if report.excused:
+        excused = "; excused: " + ", ".join(
+            printable(f"{e.id} ({e.reason})") for e in report.excused)
     return (
         f"timed out after {report.elapsed_s:.1f}s: {len(stragglers)} of {len(report.replicas)} "
-        f"replicas not {goal}: {named}"
+        f"replicas not {goal}: {named}{excused}"
     )
 
 
@@ -338,6 +397,8 @@ __all__ = [
     "action_line",
     "banner",
     "cell",
+    "fleet_status_dict",
+    "fleet_status_renderable",
     "history_dict",
     "history_table",
     "is_overdue",
@@ -350,5 +411,7 @@ __all__ = [
     "stragglers_line",
     "summary",
     "unacknowledged",
+    "unreadable_line",
     "wait_table",
+    "why_not",
 ]

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis.asyncio as aioredis
 import schemathesis
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
@@ -25,6 +26,7 @@ from schemathesis.generation.modes import GenerationMode
 from coordinator.demo.localredis import LocalRedis
 from coordinator.settings import CoordinatorSettings
 from coordinator.web.api import create_app
+from replica.contract import Keys, format_time, now_utc
 from replica.errors import ConfigError
 from tests.apikit import ADMIN, BOB, VIEW, auth, client_for, make_settings
 from tests.fleetkit import replicas
@@ -274,11 +276,50 @@ async def test_pause_with_wait_answers_202_naming_the_replica_still_in_flight(
         assert response.status_code == 202, response.text
         report = response.json()["wait"]
         assert report["ok"] is False
-        assert report["stragglers"] == ["r1"]
+        (straggler,) = report["stragglers"]
+        assert (straggler["id"], straggler["why"], straggler["in_flight"]) == (
+            "r1", "still in flight", 1)
+        assert straggler["last_heard"] is not None and report["excused"] == []
         by_id = {r["id"]: r for r in report["replicas"]}
         assert by_id["r1"]["reached"] is False and by_id["r1"]["why"] == "still in flight"
         assert by_id["r2"]["reached"] is True
         kit.release()
+
+
+async def test_pause_with_wait_answers_202_naming_a_replica_gone_silent_unreachable(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    # a replica frozen just before the pause: its heartbeat (every 0.5 s) goes stale during
+    # the wait, with two items in flight when it was last heard
+    keys = Keys(fleet_name)
+    beat = now_utc()
+    await redis.hset(keys.replica("frozen-1"), mapping={
+        "applied_version": "0", "fleet_held": "0", "quiet": "0", "in_flight": "2",
+        "control": "connected", "heartbeat_at": format_time(beat), "heartbeat_interval": "0.5"})
+    await redis.zadd(keys.replicas, {"frozen-1": int(beat.timestamp() * 1000)})
+    app = create_app(make_settings(redis_url, fleet_name, max_wait=2), run_watcher=False)
+    async with client_for(app) as api:
+        response = await api.post(
+            "/api/fleet/pause", headers=auth(ADMIN), json={"reason": "db", "wait": True}
+        )
+    assert response.status_code == 202, response.text
+    report = response.json()["wait"]
+    assert report["ok"] is False and report["excused"] == []
+    assert report["stragglers"] == [{"id": "frozen-1", "why": "unreachable",
+                                     "last_heard": format_time(beat), "in_flight": 2}]
+    (frozen,) = report["replicas"]
+    assert frozen["reached"] is False and frozen["last_heard"] == format_time(beat)
+
+
+async def test_get_fleet_counts_the_entries_of_the_replicas_set_it_cannot_read(
+    redis: aioredis.Redis, fleet_name: str, api: httpx.AsyncClient
+) -> None:
+    assert (await api.get("/api/fleet", headers=auth(VIEW))).json()["summary"]["unreadable"] == 0
+    await redis.zadd(Keys(fleet_name).replicas, {"bad id": int(now_utc().timestamp() * 1000)})
+    response = await api.get("/api/fleet", headers=auth(VIEW))
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["summary"]["unreadable"] == 1 and body["replicas"] == []
 
 
 async def test_redis_down_gets_503_with_a_json_detail_not_500(private_redis: LocalRedis) -> None:

@@ -347,8 +347,9 @@ async def test_a_listening_fleet_waits_on_its_open_subscription(
     keys = Keys(fleet_name)
     async with Replicas(redis_url, fleet_name, 3) as replicas, \
             Fleet(redis, fleet_name, wait_poll_interval=0.1) as fleet:
-        # a replica that died a moment ago: in the set, recent score, record gone
-        await redis.zadd(keys.replicas, {"dead-1": int(time.time() * 1000)})
+        # a replica that died 30 s ago: still in the set, its record expired: it was not
+        # live at the change, so no wait waits for it
+        await redis.zadd(keys.replicas, {"dead-1": int(time.time() * 1000) - 30_000})
         for _ in range(3):
             state = await fleet.pause("listening", by="t")
             report = await fleet.wait(state.version, timeout=10)

@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from coordinator import render
-from coordinator.fleet.models import AuditEvent, ReplicaInfo, ReplicaResult, WaitReport
+from coordinator.fleet.models import AuditEvent, Excused, ReplicaInfo, ReplicaResult, WaitReport
 from replica.contract import FleetState
 
 NOW = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC)
@@ -174,17 +174,46 @@ def _result(rid: str, reached: bool, why: str | None = None) -> ReplicaResult:
 
 
 def test_the_wait_table_shows_each_acknowledgement_and_the_stragglers_line_names_them() -> None:
+    unreachable = replace(_result("r3", False, "unreachable"), last_heard=NOW - timedelta(seconds=4))
     report = WaitReport(
         version=7, ok=False, action="pause", elapsed_s=60.02,
-        replicas=[_result("r1", True), _result("r2", False, "still in flight"), _result("r3", False, "unreachable")],
+        replicas=[_result("r1", True), _result("r2", False, "still in flight"), unreachable],
     )
     out = text_of(render.wait_table(report))
     assert "2026-11-30T08:00:00.000Z (+50ms)" in out and "(+1.5s)" in out
     assert "still in flight" in out
+    assert "unreachable, last heard 2026-11-30T07:59:56.000Z, 1 in flight" in out
     line = render.stragglers_line(report)
     assert line == (
-        "timed out after 60.0s: 2 of 3 replicas not quiet: r2 (still in flight), r3 (unreachable)"
+        "timed out after 60.0s: 2 of 3 replicas not quiet: r2 (still in flight), "
+        "r3 (unreachable, last heard 2026-11-30T07:59:56.000Z, 1 in flight)"
     )
+
+
+def test_an_unreachable_replica_never_read_says_its_items_in_flight_are_unknown() -> None:
+    never = replace(_result("r3", False, "unreachable"), in_flight=None,
+                    last_heard=NOW - timedelta(seconds=9))
+    report = WaitReport(version=7, ok=False, action="resume", elapsed_s=3.0, replicas=[never])
+    assert render.stragglers_line(report) == (
+        "timed out after 3.0s: 1 of 1 replicas not running: "
+        "r3 (unreachable, last heard 2026-11-30T07:59:51.000Z, in flight unknown)"
+    )
+
+
+def test_the_wait_table_and_the_stragglers_line_list_the_replicas_excused_as_gone() -> None:
+    report = WaitReport(
+        version=7, ok=False, action="pause", elapsed_s=3.0,
+        replicas=[_result("r1", True), _result("r2", False, "still in flight")],
+        excused=[Excused("r3", "gone")],
+    )
+    out = text_of(render.wait_table(report))
+    assert "excused" in out and "gone (stopped cleanly)" in out
+    assert render.stragglers_line(report).endswith(
+        "r2 (still in flight); excused: r3 (gone)")
+    shape = render.action_dict(state(), report)["wait"]
+    assert shape["excused"] == [{"id": "r3", "reason": "gone"}]
+    assert shape["stragglers"] == [
+        {"id": "r2", "why": "still in flight", "last_heard": None, "in_flight": 1}]
 
 
 def test_the_action_line_says_what_happened() -> None:

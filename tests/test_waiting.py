@@ -7,8 +7,14 @@ time reads no record (the fast path). Against a real Redis, with real replicas."
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
+import signal
 import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +22,9 @@ import redis.asyncio as aioredis
 from cpkit import Replica, Replicas, until
 
 from coordinator import Fleet
-from replica.contract import Ack, Keys, format_time, now_utc
+from replica.contract import Ack, Keys, format_time, now_utc, parse_time
+from tests.fleetkit import run_cli
+from tests.procs import ReplicaProcess, base_env, enqueue, replica_processes
 
 DISCOUNTED = "does not confirm its acknowledgement"
 
@@ -187,3 +195,217 @@ async def test_acks_its_records_confirm_end_a_wait_without_a_warning(
             assert (await fleet.wait(state.version, timeout=10)).ok
         assert len(replicas) == 3
     assert DISCOUNTED not in caplog.text
+
+
+# ---------------------------------------------------------------------------- a frozen replica
+# (issue 13, section 1): a replica live at the change is excused only when it left (a clean stop
+# removed its record and its member); one whose heartbeat went stale is an unreachable straggler
+
+
+def _record(version: int = 0, interval: float = 10.0, in_flight: int = 0) -> dict[str, str]:
+    return {"applied_version": str(version), "fleet_held": "0", "quiet": "0",
+            "in_flight": str(in_flight), "control": "connected",
+            "heartbeat_at": format_time(now_utc()), "heartbeat_interval": str(interval)}
+
+
+async def _register(redis: aioredis.Redis, fleet: str, replica: str,
+                    record: dict[str, str]) -> None:
+    """A replica's heartbeat as it writes it: the record, and its score in the set (ms) at
+    the record's heartbeat time."""
+    keys = Keys(fleet)
+    beat = parse_time(record["heartbeat_at"])
+    assert beat is not None
+    await redis.hset(keys.replica(replica), mapping=record)
+    await redis.zadd(keys.replicas, {replica: int(beat.timestamp() * 1000)})
+
+
+async def test_a_replica_whose_heartbeat_goes_stale_during_a_wait_is_an_unreachable_straggler(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name, wait_poll_interval=0.1)
+    record = _record(interval=0.5, in_flight=2)  # stale 1.25 s after this heartbeat
+    await _register(redis, fleet_name, "frozen-1", record)
+    state = await fleet.pause("migration", by="t")
+    report = await fleet.wait(state.version, timeout=2.0)  # it never heartbeats again
+    assert not report.ok, report.to_dict()
+    (straggler,) = report.stragglers
+    assert (straggler.id, straggler.why, straggler.in_flight) == ("frozen-1", "unreachable", 2)
+    assert straggler.last_heard is not None
+    assert format_time(straggler.last_heard) == record["heartbeat_at"]
+    assert report.excused == []
+    shape = report.to_dict()
+    assert shape["ok"] is False and shape["excused"] == []
+    assert shape["stragglers"] == [{"id": "frozen-1", "why": "unreachable",
+                                    "last_heard": record["heartbeat_at"], "in_flight": 2}]
+
+
+async def test_a_replica_that_stops_cleanly_during_a_wait_is_excused_as_gone(
+    redis: aioredis.Redis, fleet_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="coordinator.fleet.waiting")
+    fleet = Fleet(redis, fleet_name, wait_poll_interval=0.1)
+    keys = Keys(fleet_name)
+    await _register(redis, fleet_name, "leaving-1", _record(in_flight=1))
+    state = await fleet.pause("migration", by="t")
+    waiting = asyncio.ensure_future(fleet.wait(state.version, timeout=30))
+    try:
+        await until(lambda: "polling the records of 1 pending" in caplog.text,
+                    what="leaving-1 waited for")
+        assert not waiting.done()
+        # what a clean stop sends: the record and the member go
+        await redis.delete(keys.replica("leaving-1"))
+        await redis.zrem(keys.replicas, "leaving-1")
+        report = await waiting
+    finally:
+        waiting.cancel()
+    assert report.ok, report.to_dict()
+    assert report.replicas == [] and report.stragglers == []
+    assert [(e.id, e.reason) for e in report.excused] == [("leaving-1", "gone")]
+    assert report.to_dict()["excused"] == [{"id": "leaving-1", "reason": "gone"}]
+
+
+async def test_a_replica_whose_record_expired_while_still_registered_is_not_excused(
+    redis: aioredis.Redis, fleet_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="coordinator.fleet.waiting")
+    fleet = Fleet(redis, fleet_name, wait_poll_interval=0.1)
+    keys = Keys(fleet_name)
+    record = _record(in_flight=3)
+    await _register(redis, fleet_name, "frozen-1", record)
+    state = await fleet.pause("migration", by="t")
+    waiting = asyncio.ensure_future(fleet.wait(state.version, timeout=1.0))
+    try:
+        await until(lambda: "polling the records of 1 pending" in caplog.text,
+                    what="frozen-1 waited for")
+        await redis.delete(keys.replica("frozen-1"))  # expired: the member stays
+        report = await waiting
+    finally:
+        waiting.cancel()
+    assert not report.ok and report.excused == []
+    (straggler,) = report.stragglers
+    assert (straggler.id, straggler.why, straggler.in_flight) == ("frozen-1", "unreachable", 3)
+    assert format_time(straggler.last_heard) == record["heartbeat_at"]
+
+
+async def test_a_replica_lost_with_the_state_when_redis_forgets_is_not_excused(
+    redis: aioredis.Redis, fleet_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="coordinator.fleet.waiting")
+    fleet = Fleet(redis, fleet_name, wait_poll_interval=0.1)
+    keys = Keys(fleet_name)
+    await _register(redis, fleet_name, "frozen-1", _record())
+    state = await fleet.pause("migration", by="t")
+    waiting = asyncio.ensure_future(fleet.wait(state.version, timeout=1.0))
+    try:
+        await until(lambda: "polling the records of 1 pending" in caplog.text,
+                    what="frozen-1 waited for")
+        # an empty restart: the state, the member and the record all gone; that is no clean stop
+        await redis.delete(keys.state, keys.replica("frozen-1"), keys.replicas)
+        report = await waiting
+    finally:
+        waiting.cancel()
+    assert not report.ok and report.excused == []
+    assert [(s.id, s.why) for s in report.stragglers] == [("frozen-1", "unreachable")]
+
+
+async def test_a_listening_wait_does_not_wait_for_a_replica_already_stale_at_the_change(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    keys = Keys(fleet_name)
+    async with Fleet(redis, fleet_name, wait_poll_interval=0.1) as fleet:
+        # its score is fresh enough for the set, but its record's heartbeat (every second)
+        # stopped 30 s before the change: it was not live then
+        record = _record(interval=1.0)
+        record["heartbeat_at"] = format_time(now_utc() - timedelta(seconds=30))
+        await redis.hset(keys.replica("dead-1"), mapping=record)
+        await redis.zadd(keys.replicas, {"dead-1": int(time.time() * 1000) - 5000})
+        state = await fleet.pause("migration", by="t")
+        report = await fleet.wait(state.version, timeout=10)
+    assert report.ok and report.replicas == [] and report.excused == []
+
+
+# ---------------------------------------------------------------------------- real processes
+
+
+@contextlib.asynccontextmanager
+async def _one_frozen_with_an_item_in_flight(
+    redis: aioredis.Redis, redis_url: str, fleet: str, log_dir: Path
+) -> AsyncIterator[tuple[list[ReplicaProcess], ReplicaProcess]]:
+    """Three ``fleetgate-replica`` processes on the demo handler, heartbeat 1 s: two with short
+    items, one whose item takes ten minutes, frozen (SIGSTOP) once its record shows it in
+    flight. Thawed (SIGCONT) at the end, then killed."""
+    fast_env = base_env(redis_url, fleet, heartbeat_interval=1, workers=2)
+    slow_env = base_env(redis_url, fleet, heartbeat_interval=1, workers=1,
+                        demo_item_seconds=600, item_timeout=900)
+    async with replica_processes(2, fast_env, log_dir, prefix="fast") as fast, \
+            replica_processes(1, slow_env, log_dir, prefix="slow") as (slow,):
+        await enqueue(redis, fleet, 20)
+
+        async def slow_busy() -> bool:
+            return await redis.hget(Keys(fleet).replica(slow.id), "in_flight") == "1"
+
+        await until(slow_busy, timeout=30, what="the slow replica's record in flight")
+        slow.signal(signal.SIGSTOP)  # a long GC pause, a throttled container, a cut-off node
+        try:
+            yield fast, slow
+        finally:
+            slow.signal(signal.SIGCONT)
+
+
+@pytest.mark.slow
+async def test_a_replica_frozen_with_an_item_in_flight_keeps_a_wait_from_saying_all_quiet(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str, tmp_path: Path
+) -> None:
+    async with _one_frozen_with_an_item_in_flight(
+            redis, redis_url, fleet_name, tmp_path) as (fast, frozen):
+        fleet = Fleet(redis, fleet_name)
+        state = await fleet.pause("db migration", by="t")
+        report = await fleet.wait(state.version, timeout=3)
+    assert not report.ok, report.to_dict()
+    assert sorted(r.id for r in report.replicas) == sorted([*(rp.id for rp in fast), frozen.id])
+    (straggler,) = report.stragglers
+    assert (straggler.id, straggler.why, straggler.in_flight) == (frozen.id, "unreachable", 1)
+    assert straggler.last_heard is not None and straggler.last_heard <= now_utc()
+    assert all(r.reached for r in report.replicas if r.id != frozen.id)
+
+
+@pytest.mark.slow
+async def test_pause_and_resume_wait_exit_3_naming_a_frozen_replica_unreachable(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str, tmp_path: Path
+) -> None:
+    async with _one_frozen_with_an_item_in_flight(
+            redis, redis_url, fleet_name, tmp_path) as (_fast, frozen):
+        paused = await asyncio.to_thread(
+            run_cli, "pause", "--reason", "db migration", "--wait", "--timeout", "4s", "--json",
+            redis_url=redis_url, fleet=fleet_name)
+        resumed = await asyncio.to_thread(
+            run_cli, "resume", "--wait", "--timeout", "4s",
+            redis_url=redis_url, fleet=fleet_name)
+    assert paused.returncode == 3, paused.stderr
+    assert f"{frozen.id} (unreachable, last heard " in paused.stderr
+    assert "1 in flight" in paused.stderr
+    report = json.loads(paused.stdout)["wait"]
+    assert report["ok"] is False and report["excused"] == []
+    (straggler,) = report["stragglers"]
+    assert (straggler["id"], straggler["why"], straggler["in_flight"]) == (
+        frozen.id, "unreachable", 1)
+    assert straggler["last_heard"] is not None
+    # by the resume its record has expired (3 heartbeats): still registered, still named
+    assert resumed.returncode == 3, resumed.stderr
+    assert f"{frozen.id} (unreachable, last heard " in resumed.stderr
+
+
+async def test_a_replica_frozen_a_few_of_its_short_heartbeats_before_the_change_is_waited_for(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name, wait_poll_interval=0.1)
+    # heartbeat every second, silent for 5 s: stale by its own interval, but a GC pause or a
+    # throttled container that long still holds its items
+    record = _record(interval=1.0, in_flight=1)
+    record["heartbeat_at"] = format_time(now_utc() - timedelta(seconds=5))
+    await _register(redis, fleet_name, "frozen-1", record)
+    state = await fleet.pause("migration", by="t")
+    report = await fleet.wait(state.version, timeout=0.5)
+    assert not report.ok
+    assert [(s.id, s.why, s.in_flight) for s in report.stragglers] == [
+        ("frozen-1", "unreachable", 1)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from replica.contract import (
@@ -49,11 +49,17 @@ class _View:
     an acknowledgement said has changed it since its record was last read. A recorded view that
     is not confirmed needs its record read again before the wait trusts it (``needs_check``).
     ``suspect``: its record contradicted its acknowledgements (another replica of the same
-    Redis user may have forged them): for the rest of the wait only its record counts."""
+    Redis user may have forged them): for the rest of the wait only its record counts.
+    ``present``: the record existed when last read (a view whose last read found none has not
+    got anywhere, whatever acknowledgements said). ``judged``: ``wait`` has decided from a
+    record read whether the replica was live at the change. ``beat``, ``heard_ack`` and
+    ``score`` (ms) are the last times it was heard, from its record, its acknowledgements and
+    the ``replicas`` set."""
 
     __slots__ = (
-        "alive", "applied_at", "applied_version", "confirmed", "control", "fleet_held", "id",
-        "in_flight", "quiet", "quiet_at", "recorded", "resume_at", "suspect",
+        "alive", "applied_at", "applied_version", "beat", "confirmed", "control", "fleet_held",
+        "heard_ack", "id", "in_flight", "interval", "judged", "present", "quiet", "quiet_at",
+        "recorded", "resume_at", "score", "suspect",
     )
 
     def __init__(self, replica_id: str) -> None:
@@ -62,7 +68,7 @@ class _View:
         self.applied_version = 0
         self.fleet_held = False
         self.quiet = False
-        self.in_flight = 0
+        self.in_flight: int | None = None  # never heard
         self.applied_at: Any = None  # datetime (record) or ISO text (ack): see _dt
         self.quiet_at: Any = None
         self.resume_at: Any = None
@@ -70,6 +76,12 @@ class _View:
         self.recorded = False
         self.confirmed = False
         self.suspect = False
+        self.present = False
+        self.judged = False
+        self.beat: datetime | None = None
+        self.interval = 10.0
+        self.heard_ack: Any = None
+        self.score: float | None = None
 
     @property
     def needs_check(self) -> bool:
@@ -77,11 +89,25 @@ class _View:
         return self.recorded and not self.confirmed
 
     def reached(self, version: int, pause: bool) -> bool:
-        if self.applied_version < version:
+        if self.applied_version < version or (self.recorded and not self.present):
             return False
         if pause:
             return self.fleet_held and self.quiet
         return not self.fleet_held
+
+    def heard_within(self, t: float, floor: float) -> bool:
+        """Its record's heartbeat at ``t`` (epoch seconds) was at most ``STALE_HEARTBEATS``
+        of its intervals old, and at least ``floor`` seconds counts."""
+        beat = self.beat
+        return self.present and beat is not None and \
+            t - beat.timestamp() <= max(STALE_HEARTBEATS * self.interval, floor)
+
+    def last_heard(self, times: _Times) -> datetime | None:
+        """The latest of its record's heartbeat, its acknowledgements and its score."""
+        heard = [t for t in (self.beat, times(self.heard_ack)) if t is not None]
+        if self.score is not None:
+            heard.append(datetime.fromtimestamp(self.score / 1000.0, UTC))
+        return max(heard, default=None)
 
     def from_record(self, values: Sequence[Any] | None, now: float) -> None:
         """The record's word, which is final: a record read after an acknowledgement arrived
@@ -94,9 +120,10 @@ class _View:
             v.update(zip(_WAIT_FIELDS, (text(x) if x is not None else None for x in values),
                          strict=False))
         if v[R_APPLIED_VERSION] is None and v[R_HEARTBEAT_AT] is None:
-            self.alive = False  # the record expired
+            self.alive = self.present = False  # the record expired, or the replica left
             self.control = "unknown"
             return
+        self.present = True
         try:
             interval = float(v[R_HEARTBEAT_INTERVAL] or 10.0)
             beat = parse_time(v[R_HEARTBEAT_AT])
@@ -105,6 +132,9 @@ class _View:
         except (ValueError, ContractError):
             self.alive = False
             return
+        if beat is not None:
+            self.beat = beat
+        self.interval = interval
         self.alive = beat is not None and now - beat.timestamp() <= STALE_HEARTBEATS * interval
         if version != self.applied_version:
             self.applied_at = None
@@ -121,6 +151,7 @@ class _View:
         _replica, version, fleet_held, quiet, in_flight, at, resume_at = ack
         self.alive = True
         self.control = CONTROL_CONNECTED
+        self.heard_ack = at
         if version < self.applied_version:
             return
         self.confirmed = False

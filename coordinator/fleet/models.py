@@ -39,13 +39,17 @@ from replica.contract import (
 from replica.errors import ContractError
 
 WHY_UNREACHABLE: Final = "unreachable"
-"""No record, a heartbeat too old, or the replica reports its control channel down."""
+"""No record, a heartbeat too old, or the replica reports its control channel down: a replica
+frozen, cut off or killed since the change. Its items may still be running."""
 WHY_IN_FLIGHT: Final = "still in flight"
 """Applied the pause, but items are still running."""
 WHY_STALE_VERSION: Final = "stale version"
 """Alive, but has not applied the version (yet)."""
 WHY_RESUME_PENDING: Final = "resume pending"
 """Applied a staggered resume whose offset has not come yet."""
+GONE: Final = "gone"
+"""Why a replica is excused from a wait: it left (a clean stop removed its record and its
+member of the ``replicas`` set). The only excuse there is."""
 
 DEFAULT_HEARTBEAT_INTERVAL: Final = 10.0
 
@@ -214,10 +218,15 @@ class ReplicaResult:
     """Seconds from the change to the replica applying it."""
     quiet_after_s: float | None
     """Seconds from the change to the replica turning quiet (pause only)."""
-    in_flight: int
+    in_flight: int | None
+    """Items in flight when it was last heard (None: never heard in this wait, its record was
+    gone when first read)."""
     why: str | None
     """None when reached, else "unreachable", "still in flight", "stale version" or
     "resume pending"."""
+    last_heard: datetime | None = None
+    """For a replica that did not get there: when it was last heard (its heartbeat, or its
+    latest acknowledgement; its clock). None for one that got there."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -230,12 +239,32 @@ class ReplicaResult:
             "quiet_after_s": self.quiet_after_s,
             "in_flight": self.in_flight,
             "why": self.why,
+            "last_heard": format_time(self.last_heard) or None,
         }
+
+    def straggler_dict(self) -> dict[str, Any]:
+        """The report's ``stragglers`` entry: who, why, when last heard, in flight then."""
+        return {"id": self.id, "why": self.why,
+                "last_heard": format_time(self.last_heard) or None, "in_flight": self.in_flight}
+
+
+@dataclass(frozen=True, slots=True)
+class Excused:
+    """A replica live at the change that ``wait`` no longer waits for, and why (``GONE``)."""
+
+    id: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "reason": self.reason}
 
 
 @dataclass(frozen=True, slots=True)
 class WaitReport:
-    """The outcome of ``Fleet.wait(version)``: did every live replica get there?"""
+    """The outcome of ``Fleet.wait(version)``: did every replica live at the change get there?
+
+    ``ok`` only when each of them did, or left (``excused``, reason ``gone``): a replica that
+    went silent (frozen, cut off, killed) is a straggler, ``unreachable``, never dropped."""
 
     version: int
     ok: bool
@@ -243,6 +272,9 @@ class WaitReport:
     """"pause" (applied and quiet) or "resume" (applied and no longer held by the fleet)."""
     elapsed_s: float
     replicas: list[ReplicaResult]
+    """Every replica waited for (live at the change, or joined since), sorted by id."""
+    excused: list[Excused] = field(default_factory=list)
+    """The replicas live at the change that left during the wait, sorted by id."""
 
     @property
     def stragglers(self) -> list[ReplicaResult]:
@@ -256,7 +288,8 @@ class WaitReport:
             "action": self.action,
             "elapsed_s": self.elapsed_s,
             "replicas": [r.to_dict() for r in self.replicas],
-            "stragglers": [r.id for r in self.stragglers],
+            "stragglers": [r.straggler_dict() for r in self.stragglers],
+            "excused": [e.to_dict() for e in self.excused],
         }
 
 
@@ -296,11 +329,13 @@ class AuditEvent:
 
 
 __all__ = [
+    "GONE",
     "WHY_IN_FLIGHT",
     "WHY_RESUME_PENDING",
     "WHY_STALE_VERSION",
     "WHY_UNREACHABLE",
     "AuditEvent",
+    "Excused",
     "FleetStatus",
     "ReplicaInfo",
     "ReplicaResult",

@@ -15,6 +15,16 @@ disagrees is waited for on its record alone. That read is one round trip at the 
 that read records anyway (``wait`` subscribing for itself reads every record at its start).
 A listening ``Fleet`` whose replicas all acknowledge in time reads no record at all (the fast
 path, no round trip added): there an acknowledgement is taken as it comes.
+
+Who is waited for: every replica live at the change, from the snapshot ``wait`` takes (the
+``replicas`` set that ``pause()``/``resume()`` returned, or one read), judged by each one's
+record at its first read: its heartbeat was not stale at the change. Once waited for, a replica
+is let go only when it left: a clean stop removed both its record and its member (``GONE``,
+listed in ``excused``), seen in one read of the set with the state, while Redis has not lost
+the change (its version is in the state) and the acknowledgements channel has not broken (a
+Redis restart empties both). A replica whose heartbeat went stale during the wait (frozen, cut
+off, killed: from here they look the same, and its items may still run) is a straggler,
+``unreachable``, with when it was last heard and its ``in_flight`` then.
 """
 
 from __future__ import annotations
@@ -33,10 +43,12 @@ from coordinator.fleet.calls import again
 from coordinator.fleet.changes import LastChange
 from coordinator.fleet.listener import AckListener, next_message, subscribe_acks
 from coordinator.fleet.models import (
+    GONE,
     WHY_IN_FLIGHT,
     WHY_RESUME_PENDING,
     WHY_STALE_VERSION,
     WHY_UNREACHABLE,
+    Excused,
     ReplicaResult,
     WaitReport,
 )
@@ -46,6 +58,7 @@ from replica.contract import (
     R_APPLIED_VERSION,
     R_FLEET_HELD,
     R_QUIET,
+    RECORD_TTL_HEARTBEATS,
     STALE_HEARTBEATS,
     FleetState,
     Keys,
@@ -57,6 +70,10 @@ log = logging.getLogger(__name__)
 LIVE_HEARTBEAT_S: Final = 10.0
 """Before its record is read, a replica counts as live when its heartbeat score is within
 2.5 times this (the default heartbeat interval)."""
+LIVE_AT_CHANGE_S: Final = STALE_HEARTBEATS * LIVE_HEARTBEAT_S
+"""A replica heard within this long before the change counts as live at the change even when
+2.5 of its own heartbeat intervals are shorter: a fleet with short heartbeats does not lose a
+replica frozen for a few seconds (a GC pause, a throttled container) from its waits."""
 
 CONFIRM_LUA: Final = """
 -- fleetgate: confirm from the replica records what acknowledgements said (KEYS: the record
@@ -105,7 +122,8 @@ class Waiter:
 
 
 class _Run:
-    """One ``wait``: what it knows of each replica, who it waits for, who it still waits for."""
+    """One ``wait``: what it knows of each replica, who it waits for (``required``: live at the
+    change), who it still waits for (``pending``), who left (``excused``)."""
 
     def __init__(self, waiter: Waiter, version: int, poll_interval: float) -> None:
         self.w = waiter
@@ -114,8 +132,14 @@ class _Run:
         self.views: dict[str, _View] = {}
         self.required: set[str] = set()
         self.pending: set[str] = set()
+        self.excused: dict[str, str] = {}
         self.pause = True
         self.state: FleetState | None = None
+        self.changed_ts: float | None = None
+        self.unsure = False
+        """Redis may have lost data during this wait (the acks channel broke, or the state is
+        behind the version): a replica missing from the set may not have left, so none is
+        excused."""
 
     async def run(self, timeout: float, last: LastChange | None) -> WaitReport:
         t0 = time.monotonic()
@@ -145,24 +169,48 @@ class _Run:
         state = self.state = snapshot.state
         self.pause = state.paused
         changed_at = state.changed_at or state.since
+        self.changed_ts = changed_at.timestamp() if changed_at is not None else None
         since = self.w.listener.since
         members = snapshot.members.scores
         if listening_before and since is not None and changed_at is not None and \
                 changed_at >= since:
             # Listening since before the change: every ack for it comes on the channel, so no
-            # record needs reading now (the fallback poll reads the silent ones).
+            # record needs reading now (the fallback poll reads the silent ones, and judges
+            # then whether each was live at the change).
             now_ms = time.time() * 1000
             for r, score in members.items():
                 if now_ms - score <= STALE_HEARTBEATS * LIVE_HEARTBEAT_S * 1000:
-                    self.views[r] = _View(r)
-                    self.views[r].alive = True
+                    view = self.views[r] = _View(r)
+                    view.alive = True
+                    view.score = score
+                    self.required.add(r)
+                    self.pending.add(r)
         else:
-            await self._refresh(list(members))
-        self.required = {r for r, v in self.views.items() if v.alive}
-        self.pending = {r for r in self.required if not self._reached(r)}
+            ids = list(members)
+            for r in ids:
+                view = self.views[r] = _View(r)
+                view.score = members[r]
+            await self._refresh(ids)
 
     def _reached(self, replica: str) -> bool:
         return self.views[replica].reached(self.version, self.pause)
+
+    def _live_at_change(self, view: _View, now: float) -> bool:
+        """Whether ``view``, whose record was just read for the first time, was live at the
+        change: heard within ``STALE_HEARTBEATS`` of its heartbeat intervals before it (at
+        least ``LIVE_AT_CHANGE_S``; a replica that joined since was heard after it). A record
+        already gone is judged by the score: a record expires ``RECORD_TTL_HEARTBEATS``
+        intervals after the last heartbeat, which bounds the interval of a replica silent since
+        its score, and so how long before the change it could have been heard and still be
+        live then."""
+        at = self.changed_ts if self.changed_ts is not None else now
+        if view.present:
+            return view.heard_within(at, LIVE_AT_CHANGE_S)
+        if view.score is None:
+            return False  # known from an acknowledgement only, and no record
+        heard = view.score / 1000.0
+        longest = (now - heard) / RECORD_TTL_HEARTBEATS  # its interval, at most
+        return at - heard <= max(STALE_HEARTBEATS * longest, LIVE_AT_CHANGE_S)
 
     async def _follow(
         self, sub: Subscription | None, own: Subscription | None, deadline: float
@@ -194,6 +242,7 @@ class _Run:
                         message = await next_message(sub, 0)
                 except (RedisError, OSError) as exc:
                     listening = False  # carry on with the records alone
+                    self.unsure = True  # a Redis restart breaks the channel, and empties it
                     if own is None:
                         own = self.w.listener.detach()  # a broken shared subscription
                     log.info("fleet %s: lost the acknowledgements channel (%r): polling the "
@@ -206,50 +255,80 @@ class _Run:
         return own
 
     async def _fallback(self) -> None:
-        """Read the pending replicas' records, and any replica new to the set."""
+        """Read the set (with the state) and the pending replicas' records, and any replica
+        new to the set: who left is excused, who joined is waited for."""
         log.debug("fleet %s: polling the records of %d pending replicas", self.w.keys.fleet,
                   len(self.pending))
-        members = (await self.w.reads.members()).scores
-        for r in [r for r in self.pending if r not in members]:  # stopped cleanly (left the set)
+        members = await self._members()
+        ids = [*self.pending, *(r for r in members if r not in self.views)]
+        for r in ids:
+            view = self.views.get(r)
+            if view is None:
+                view = self.views[r] = _View(r)
+            view.score = members.get(r, view.score)
+        await self._refresh(ids)
+        self._excuse_gone(members)
+
+    async def _members(self) -> dict[str, float]:
+        """The ``replicas`` set, read with the state: a state behind this wait's version means
+        Redis lost data (an empty restart), after which nobody is excused."""
+        snapshot = await self.w.reads.snapshot()
+        if snapshot.state.version < self.version and not self.unsure:
+            self.unsure = True
+            log.warning("fleet %s: the state is at v%d, behind v%d: Redis lost data during the "
+                        "wait, so no replica missing from the set is taken as gone",
+                        self.w.keys.fleet, snapshot.state.version, self.version)
+        return snapshot.members.scores
+
+    def _excuse_gone(self, members: Mapping[str, float]) -> None:
+        """Excuse the pending replicas that left: out of the set, and no record (both read
+        after the other replicas' records)."""
+        if self.unsure:
+            return
+        for r in [r for r in self.pending if r not in members and not self.views[r].present]:
             self.pending.discard(r)
             self.required.discard(r)
-        ids = [*self.pending, *(r for r in members if r not in self.views)]
-        await self._refresh(ids)
-        for r in ids:
-            if not self.views[r].alive:  # the record expired or the heartbeat is too old
-                self.required.discard(r)
-                self.pending.discard(r)
-            elif self._reached(r):
-                self.required.add(r)
-                self.pending.discard(r)
-            else:
-                self.required.add(r)
-                self.pending.add(r)
+            self.excused[r] = GONE
+            log.info("fleet %s: %s left (its record and member are gone): excused from the "
+                     "wait for v%d", self.w.keys.fleet, r, self.version)
 
     async def _final_word(self) -> None:
         """The records of whoever is still pending (for an accurate why) and of the stragglers
-        acknowledgements vouched for since their records were read, in one read."""
+        acknowledgements vouched for since their records were read, in one read; and when one
+        of them has no record any more, the set, to tell one that left from one gone silent."""
         unconfirmed = {r for r in self.required if self.views[r].needs_check}
         ids = sorted(self.pending | unconfirmed)
         if not ids:
             return
         await self._refresh(ids)
-        for r in ids:
-            if self._reached(r):
-                self.pending.discard(r)
-            elif r in self.pending or self.views[r].alive:
-                self.pending.add(r)
-            else:  # vouched for by an ack only, and no live record: not a replica to wait for
-                self.required.discard(r)
+        if not self.unsure and any(not self.views[r].present for r in self.pending):
+            self._excuse_gone(await self._members())
 
     async def _refresh(self, ids: Sequence[str]) -> None:
+        """Read the records of ``ids`` (views already made): a replica read for the first
+        time is waited for only if it was live at the change; each one waited for is pending
+        until it gets there."""
         records = await self.w.reads.records(ids, _WAIT_FIELDS)
         now = time.time()
+        required, pending = self.required, self.pending
         for replica_id, values in zip(ids, records, strict=True):
             view = self.views.get(replica_id)
             if view is None:
                 view = self.views[replica_id] = _View(replica_id)
             view.from_record(values, now)
+            if not view.judged:
+                view.judged = True
+                # a record key that is not a hash (None) is skipped, as every reader does
+                if values is not None and self._live_at_change(view, now):
+                    required.add(replica_id)
+                else:  # stale at the change, or an id an acknowledgement alone named
+                    required.discard(replica_id)
+                    pending.discard(replica_id)
+            if replica_id in required:
+                if view.reached(self.version, self.pause):
+                    pending.discard(replica_id)
+                else:
+                    pending.add(replica_id)
 
     async def _confirm(self, ids: Sequence[str]) -> None:
         """Check the records of replicas resolved by acknowledgements, in one script call per
@@ -278,11 +357,8 @@ class _Run:
                 view.suspect = True
                 log.warning("fleet %s: the record of %s does not confirm its acknowledgement of "
                             "v%d: waiting on its record alone", self.w.keys.fleet, r, self.version)
-                if not view.alive:
-                    self.required.discard(r)
-                    self.pending.discard(r)
-                elif not self._reached(r):
-                    self.pending.add(r)
+                if not self._reached(r):
+                    self.pending.add(r)  # gone silent, or left: the fallback tells which
 
     def _on_ack(self, message: Mapping[str, Any]) -> None:
         if message.get("type") != "message":
@@ -319,6 +395,7 @@ class _Run:
             action="pause" if self.pause else "resume",
             elapsed_s=elapsed,
             replicas=results,
+            excused=[Excused(r, why) for r, why in sorted(self.excused.items())],
         )
         if self.pending:
             log.warning("fleet %s: %d of %d replicas did not reach v%d within %.1f s: %s",
@@ -352,4 +429,5 @@ class _Run:
             quiet_after_s=times.after(quiet_at),
             in_flight=view.in_flight,
             why=why,
+            last_heard=None if reached else view.last_heard(times),
         )

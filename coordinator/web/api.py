@@ -44,7 +44,7 @@ from coordinator.fleet.fleet import Fleet
 from coordinator.notify.alerts import Alerts
 from coordinator.notify.consumer import Notifier
 from coordinator.notify.settings import NotifySettings
-from coordinator.render import history_dict, status_dict
+from coordinator.render import fleet_status_dict, history_dict
 from coordinator.settings import CoordinatorSettings
 from coordinator.web import errors
 from coordinator.web.auth import ANONYMOUS, Operator, TokenStore
@@ -208,10 +208,9 @@ def create_app(
 
     @app.get("/api/fleet", tags=["fleet"])
     async def get_fleet(operator: Viewer, fleet: TheFleet) -> dict[str, Any]:
-        """The fleet's state, every replica and a summary (the shape of ``status --json``)."""
-        state = await fleet.state()
-        replicas = await fleet.replicas()
-        return status_dict(state, replicas, max_pause=settings.max_pause)
+        """The fleet's state, every replica and a summary (the shape of ``status --json``;
+        ``summary.unreadable`` counts the entries of the replicas set that cannot be read)."""
+        return fleet_status_dict(await fleet.status(), max_pause=settings.max_pause)
 
     @app.get("/api/fleet/history", tags=["fleet"])
     async def get_history(
