@@ -114,3 +114,23 @@ def test_status_json_escapes_every_control_character_and_keeps_the_text_whole(
         assert raw not in out
     assert "\\u009b" in out and "\\u202e" in out
     assert json.loads(out)["replicas"][0]["host"] == EVIL_HOST
+
+
+def test_status_says_how_many_entries_of_the_replicas_set_it_cannot_read(
+    env: None, capsys: pytest.CaptureFixture[str], sync_redis: syncredis.Redis, fleet_name: str
+) -> None:
+    add_replica(sync_redis, fleet_name, "r1", "node-1")
+    code, out, err = run(capsys, "status")
+    assert code == 0, err
+    assert "cannot be read" not in out  # nothing to say while every entry reads
+    assert json.loads(run(capsys, "status", "--json")[1])["summary"]["unreadable"] == 0
+
+    sync_redis.zadd(Keys(fleet_name).replicas, {"bad id": int(time.time() * 1000)})
+    code, out, err = run(capsys, "status")
+    assert code == 0, err
+    assert "1 entry of the replicas set cannot be read" in out and "r1" in out
+    code, out, err = run(capsys, "status", "--json")
+    assert code == 0, err
+    body = json.loads(out)
+    assert body["summary"]["unreadable"] == 1
+    assert [r["id"] for r in body["replicas"]] == ["r1"]

@@ -153,6 +153,15 @@ async def test_a_member_of_the_replicas_set_that_is_not_a_replica_id_does_not_br
     assert sum(value(m, "fleetgate_fleet_replicas", fleet=fleet_name, state=s)
                for s in ("running", "paused", "quiet", "stale")) == 1
     assert (await fleet.status()).unreadable == 1
+    assert value(m, "fleetgate_fleet_replicas_unreadable", fleet=fleet_name) == 1
+
+
+async def test_the_unreadable_gauge_is_0_while_every_entry_reads(
+    redis: aioredis.Redis, fleet_name: str, fleet: Fleet
+) -> None:
+    await write_record(redis, fleet_name, "fresh-1", applied_version=0, age_s=1)
+    m = samples(await render_metrics(fleet, 1800))
+    assert value(m, "fleetgate_fleet_replicas_unreadable", fleet=fleet_name) == 0
 
 
 async def test_get_metrics_serves_the_prometheus_text_without_a_token(

@@ -1,6 +1,7 @@
-"""The commands that read the fleet: ``status`` (the state and every replica, once or
-``--watch``) and ``history`` (the audit trail). Both print stored text through
-``coordinator.render``, which shows it as text (no markup, no control characters)."""
+"""The commands that read the fleet: ``status`` (``Fleet.status()``: the state, every replica
+and the count of entries that cannot be read; once or ``--watch``) and ``history`` (the audit
+trail). Both print stored text through ``coordinator.render``, which shows it as text (no
+markup, no control characters)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ from coordinator.cli.options import FleetOption, Globals, JsonOption, UrlOption
 from coordinator.cli.output import console, emit_json
 from coordinator.cli.runner import run_with_fleet
 from coordinator.fleet.fleet import Fleet
-from coordinator.fleet.models import AuditEvent, ReplicaInfo
-from replica.contract import FleetState
+from coordinator.fleet.models import AuditEvent, FleetStatus
 from replica.service.shutdown import Interrupted
 
 
@@ -35,15 +35,15 @@ def status(
     g: Globals = ctx.obj
     settings = g.settings(redis_url=redis_url, fleet=fleet)
 
-    async def read(fleet: Fleet) -> tuple[FleetState, list[ReplicaInfo]]:
-        return await fleet.state(), await fleet.replicas()
+    async def read(fleet: Fleet) -> FleetStatus:
+        return await fleet.status()
 
     if not watch:
-        state, replicas = run_with_fleet(settings, read)
+        st = run_with_fleet(settings, read)
         if json_out:
-            emit_json(render.status_dict(state, replicas, max_pause=settings.max_pause))
+            emit_json(render.fleet_status_dict(st, max_pause=settings.max_pause))
         else:
-            console().print(render.status_renderable(state, replicas, max_pause=settings.max_pause))
+            console().print(render.fleet_status_renderable(st, max_pause=settings.max_pause))
         return
 
     async def watch_loop(fleet: Fleet) -> None:
@@ -51,13 +51,13 @@ def status(
 
         if json_out:
             while True:
-                state, replicas = await read(fleet)
-                emit_json(render.status_dict(state, replicas, max_pause=settings.max_pause), compact=True)
+                emit_json(render.fleet_status_dict(await read(fleet), max_pause=settings.max_pause),
+                          compact=True)
                 await asyncio.sleep(interval)
         with Live(console=console(), auto_refresh=False, screen=False) as live:
             while True:
-                state, replicas = await read(fleet)
-                live.update(render.status_renderable(state, replicas, max_pause=settings.max_pause))
+                st = await read(fleet)
+                live.update(render.fleet_status_renderable(st, max_pause=settings.max_pause))
                 live.refresh()
                 await asyncio.sleep(interval)
 

@@ -11,6 +11,8 @@ Metrics (one fleet per coordinator; every series carries ``fleet``)::
     fleetgate_fleet_state_version{fleet}        the state's version
     fleetgate_fleet_in_flight{fleet}            items in flight on live replicas
     fleetgate_fleet_queued{fleet}               items queued on live replicas
+    fleetgate_fleet_replicas_unreadable{fleet}  entries of the replicas set (or their records)
+                                                that cannot be read: skipped by every reader
     fleetgate_webhook_deliveries_total{fleet}   notifications a receiver accepted (this process)
     fleetgate_webhook_failures_total{fleet}     failed attempts to deliver one (each retry counts)
     fleetgate_webhook_given_up_total{fleet}     notifications given up after FLEETGATE_WEBHOOK_MAX_AGE
@@ -54,10 +56,10 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 async def render_metrics(fleet: Fleet, max_pause: float, notifier: Notifier | None = None) -> bytes:
     """The fleet's metrics in the Prometheus text format (reads Redis; raises ``RedisError``),
     with the notifier's counters when it runs."""
-    state = await fleet.state()
-    replicas = await fleet.replicas()
+    status = await fleet.status()
+    state, replicas = status.state, status.replicas
     now = now_utc()
-    s = summary(state, replicas, now, max_pause)
+    s = summary(state, replicas, now, max_pause, status.unreadable)
     registry = CollectorRegistry(auto_describe=False)
     name = state.fleet
     paused = Gauge(
@@ -95,6 +97,11 @@ async def render_metrics(fleet: Fleet, max_pause: float, notifier: Notifier | No
     Gauge(
         "fleetgate_fleet_queued", "Items queued on live replicas", ["fleet"], registry=registry
     ).labels(name).set(s["queued"])
+    Gauge(
+        "fleetgate_fleet_replicas_unreadable",
+        "Entries of the replicas set (or their records) that cannot be read, skipped",
+        ["fleet"], registry=registry,
+    ).labels(name).set(status.unreadable)
     if notifier is not None:
         registry.register(_NotifierCollector(name, notifier))
     return generate_latest(registry)
