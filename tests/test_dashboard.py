@@ -292,3 +292,56 @@ def test_stale_data_is_greyed_out_saying_since_when_after_forget_a_wrong_token_o
                 context.close()
     finally:
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_a_pause_that_waits_names_a_replica_gone_silent_and_one_that_left(
+    redis_url: str, fleet_name: str, coordinator: Server
+) -> None:
+    executable = _chromium_or_skip()
+    from playwright.sync_api import expect, sync_playwright
+
+    keys = Keys(fleet_name)
+    client = syncredis.Redis.from_url(redis_url, decode_responses=True)
+    beat = now_utc()
+    for rid, interval in (("frozen-1", "0.5"), ("leaving-1", "10")):
+        # heartbeats as replicas write them: frozen-1's (every 0.5 s) is its last
+        client.hset(keys.replica(rid), mapping={
+            "applied_version": "0", "fleet_held": "0", "quiet": "0", "in_flight": "2",
+            "control": "connected", "heartbeat_at": format_time(beat),
+            "heartbeat_interval": interval})
+        client.zadd(keys.replicas, {rid: int(beat.timestamp() * 1000)})
+    profile = tempfile.mkdtemp(prefix="fleetgate-chromium-")
+    try:
+        with sync_playwright() as pw:
+            context = pw.chromium.launch_persistent_context(
+                profile, executable_path=executable, args=ARGS, headless=True,
+                viewport={"width": 1280, "height": 900},
+            )
+            try:
+                page = context.new_page()
+                page.goto(coordinator.url)
+                page.fill("#token", ADMIN)
+                page.fill("#reason", "db migration")
+                page.select_option("#wait", "5")
+                page.click("#pause")
+                expect(page.locator("#message")).to_contain_text("Waiting up to 5s")
+                # the pause is made and waited for: leaving-1 stops cleanly meanwhile
+                wait_until(lambda: client.hget(keys.state, "paused") == "1")
+                client.delete(keys.replica("leaving-1"))
+                client.zrem(keys.replicas, "leaving-1")
+                message = page.locator("#message")
+                expect(message).to_contain_text("Paused by dash-op", timeout=20_000)
+                expect(message).to_contain_text("1 of 1 replicas not quiet")
+                expect(message).to_have_attribute("data-kind", "warn")
+                frozen = page.locator('#wait-report li[data-replica-id="frozen-1"]')
+                expect(frozen).to_have_attribute("data-kind", "straggler")
+                expect(frozen).to_have_text(
+                    f"frozen-1: unreachable, last heard {format_time(beat)}, 2 in flight")
+                leaving = page.locator('#wait-report li[data-replica-id="leaving-1"]')
+                expect(leaving).to_have_attribute("data-kind", "excused")
+                expect(leaving).to_have_text("leaving-1: excused, gone (stopped cleanly)")
+            finally:
+                context.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+        client.close()

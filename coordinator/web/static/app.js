@@ -254,6 +254,49 @@
 
   // ---------------------------------------------------------------- actions
 
+  // The wait's report, as the CLI prints it: each replica that did not get there and why
+  // (unreachable: when it was last heard, what it had in flight then), each one excused (gone).
+  function whyNot(r) {
+    const why = r.why || "no answer";
+    if (why !== "unreachable") return why;
+    const items = r.in_flight === null || r.in_flight === undefined ? "in flight unknown" : r.in_flight + " in flight";
+    return why + ", last heard " + (r.last_heard || "never") + ", " + items;
+  }
+
+  function showWait(wait) {
+    const list = $("wait-report");
+    const items = [];
+    for (const r of (wait && wait.stragglers) || []) {
+      const li = document.createElement("li");
+      li.dataset.kind = "straggler";
+      li.dataset.replicaId = r.id;
+      li.textContent = r.id + ": " + whyNot(r);
+      items.push(li);
+    }
+    for (const e of (wait && wait.excused) || []) {
+      const li = document.createElement("li");
+      li.dataset.kind = "excused";
+      li.dataset.replicaId = e.id;
+      li.textContent = e.id + ": excused, " + e.reason + (e.reason === "gone" ? " (stopped cleanly)" : "");
+      items.push(li);
+    }
+    list.replaceChildren(...items);
+    list.hidden = items.length === 0;
+  }
+
+  function doneText(body) {
+    const s = body.state;
+    const wait = body.wait;
+    let text = (s.paused ? "Paused" : "Resumed") + " by " + s.by + " (version " + s.version + ")";
+    if (!wait) return [text + ".", "ok"];
+    const goal = wait.action === "pause" ? "quiet" : "running";
+    const n = wait.replicas.length;
+    if (wait.ok) return [text + ": " + (n === 1 ? "the replica is " : "all " + n + " replicas are ") + goal + ".", "ok"];
+    if (body.detail) return [text + ", but " + body.detail, "warn"];
+    return [text + ", but " + wait.stragglers.length + " of " + n + " replicas not " + goal +
+      " after " + formatLag(wait.elapsed_s) + ":", "warn"];
+  }
+
   async function post(path, payload) {
     if (busy) return;
     if (!token()) {
@@ -262,6 +305,8 @@
       return;
     }
     busy = true;
+    showWait(null);
+    if (payload.wait) say("Waiting up to " + formatAge(payload.timeout) + " for the replicas…", "info");
     try {
       const response = await fetch(path, {
         method: "POST", headers: headers(true), body: JSON.stringify(payload), cache: "no-store",
@@ -269,8 +314,9 @@
       let body = null;
       try { body = await response.json(); } catch (e) { body = null; }
       if (response.ok && body) {
-        const s = body.state;
-        say((s.paused ? "Paused" : "Resumed") + " by " + s.by + " (version " + s.version + ").", "ok");
+        const [text, kind] = doneText(body);
+        say(text, kind);
+        showWait(body.wait);
         $("reason").value = ""; // said: the next action needs its own
         lastVersion = null;
       } else if (response.status === 401) {
@@ -287,6 +333,15 @@
     }
   }
 
+  function withWait(payload) {
+    const seconds = $("wait").value;
+    if (seconds) {
+      payload.wait = true;
+      payload.timeout = Number(seconds); // bounds the request: the change, then the wait
+    }
+    return payload;
+  }
+
   function pause() {
     const reason = $("reason").value.trim();
     if (!reason) {
@@ -297,7 +352,7 @@
     const payload = { reason: reason, auto_resume: $("auto-resume").checked };
     const window = $("for").value;
     if (window) payload.for_seconds = Number(window);
-    post("api/fleet/pause", payload);
+    post("api/fleet/pause", withWait(payload));
   }
 
   function resume() {
@@ -306,7 +361,7 @@
     if (reason) payload.reason = reason;
     const stagger = $("stagger").value;
     if (stagger) payload.stagger_seconds = Number(stagger);
-    post("api/fleet/resume", payload);
+    post("api/fleet/resume", withWait(payload));
   }
 
   function init() {
