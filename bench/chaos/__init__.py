@@ -10,5 +10,6 @@ The modules, one noun each: ``settings``, ``faults`` (the kinds and the schedule
 (writing and reading the JSON lines), ``handler`` (what the replicas run), ``proxy`` (the slow
 or cut link), ``server`` (the restartable Redis), ``replicas`` (the processes), ``observer``
 (what Redis shows), ``producer``, ``operator``, ``injector`` (carries the faults out),
-``runner`` (the phases), ``timeline`` and ``checker`` (the rules), ``report`` (the output).
+``runner`` (the phases), ``timeline``, ``checker`` (the rules) and ``verdict`` (their
+outcome), ``report`` (the output).
 """

@@ -44,11 +44,11 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Final
 
 from bench.chaos.history import Event
 from bench.chaos.timeline import Apply, Change, Life, Run, Timeline
+from bench.chaos.verdict import KNOWN, RULES, CheckResult, RuleResult
 
 SLACK_S: Final = 0.1
 """Rule 2's allowance beyond ``poll_interval``."""
@@ -57,91 +57,7 @@ TIME_TOLERANCE_S: Final = 0.002
 BEGIN_RUN_BOUND_S: Final = 5.0
 """The longest the source waits for the run count before it calls the handler (its bound on one
 bookkeeping command, ``REDIS_OP_TIMEOUT_S``)."""
-KNOWN: Final = {
-    1: "the handler of an item taken before the pause began after it (the run count's round "
-       "trip sits between the pool's gate and the handler)",
-    4: "after Redis lost its data, an older pause restored by a stale replica wins over a "
-       "newer running state, and the next change reuses a version",
-    6: "issue 13 section 1: wait drops a replica whose heartbeat went stale",
-}
 CLI_STATUSES: Final = frozenset({0, 1, 3, 5})
-RULES: Final = {1: "no start under a pause", 2: "changes applied in time",
-                3: "items done or dead-lettered", 4: "versions never go back",
-                5: "state settles on the last action", 6: "wait never lies",
-                7: "no unexpected exit"}
-
-
-@dataclass
-class RuleResult:
-    rule: int
-    violations: int = 0
-    first: str | None = None
-    checked: int = 0
-    known: int = 0
-    """Counterexamples of a known product defect (``KNOWN``), not failing the run."""
-    first_known: str | None = None
-
-    def fail(self, message: str) -> None:
-        self.violations += 1
-        if self.first is None:
-            self.first = message
-
-    def known_defect(self, message: str) -> None:
-        self.known += 1
-        if self.first_known is None:
-            self.first_known = message
-
-    @property
-    def held(self) -> bool:
-        return self.violations == 0
-
-
-@dataclass
-class CheckResult:
-    """Every rule's outcome and the figures of the table."""
-
-    rules: dict[int, RuleResult]
-    faults: Counter[str] = field(default_factory=Counter)
-    items: int = 0
-    done: int = 0
-    dead: int = 0
-    dead_ok: int = 0
-    """Of the dead-lettered, items that were not told to fail or hang (cut off by a fault)."""
-    forgotten: int = 0
-    unknown_enqueues: int = 0
-    lost: int = 0
-    duplicates: Counter[str] = field(default_factory=Counter)
-    unexplained: int = 0
-    worst_propagation: tuple[float, str] | None = None
-    excused_pairs: int = 0
-    complete: bool = True
-    phase: str | None = None
-    strict: bool = False
-
-    @property
-    def starts_after_apply(self) -> int:
-        return self.rules[1].violations
-
-    @property
-    def late_handler_starts(self) -> int:
-        return self.rules[1].known
-
-    @property
-    def wait_lies(self) -> int:
-        return self.rules[6].violations + self.rules[6].known
-
-    @property
-    def duplicate_total(self) -> int:
-        return sum(self.duplicates.values()) + self.unexplained
-
-    def failed_rules(self) -> list[int]:
-        return [n for n, r in sorted(self.rules.items()) if not r.held]
-
-    @property
-    def ok(self) -> bool:
-        return self.complete and not self.failed_rules()
-
-
 def _fmt_t(t: float, t0: float) -> str:
     return f"t+{t - t0:.3f}s"
 

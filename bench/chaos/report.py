@@ -10,8 +10,8 @@ aside: the table names them), else ``failed``.
 
 from __future__ import annotations
 
-from bench.chaos.checker import KNOWN, RULES, CheckResult
 from bench.chaos.faults import KINDS
+from bench.chaos.verdict import KNOWN, RULES, CheckResult
 
 
 def _duration(seconds: float) -> str:
