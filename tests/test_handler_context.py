@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import redis.asyncio as aioredis
+from pydantic import SecretStr
 
 from coordinator.fleet.fleet import Fleet
 from replica.contract import ITEM_FIELD, Keys
@@ -35,7 +36,7 @@ async def state_reporting_handler(item: Any) -> None:
 
 def settings_for(redis_url: str, fleet: str) -> ReplicaSettings:
     return ReplicaSettings(redis_url=redis_url, fleet=fleet, replica_id="ctx-1", port=0,
-                           admin_token="ctx-token", poll_interval=0.1, heartbeat_interval=0.3)
+                           admin_token=SecretStr("ctx-token"), poll_interval=0.1, heartbeat_interval=0.3)
 
 
 def test_a_context_built_outside_a_replica_has_no_fleet_state(
