@@ -184,11 +184,14 @@ class Fleet:
     # ------------------------------------------------------------------ wait
 
     async def wait(self, version: int, timeout: float = 60.0) -> WaitReport:
-        """Wait until every live replica applied ``version`` and, for a pause, is quiet (for a
-        resume: no longer held by the fleet). Never raises on timeout: the report says who did
-        not get there and why. The final word on each replica is its record: an
-        acknowledgement its record does not confirm does not count. A wait that ends with
-        stragglers is recorded in the events stream, for ``fleetgate serve`` to announce."""
+        """Wait until every replica live at the change applied ``version`` and, for a pause,
+        is quiet (for a resume: no longer held by the fleet). Never raises on timeout: the
+        report says who did not get there and why. A replica is let go only when it left (a
+        clean stop: ``report.excused``, ``gone``); one gone silent (frozen, cut off, killed) is
+        a straggler, ``unreachable``, with when it was last heard and its ``in_flight`` then.
+        The final word on each replica is its record: an acknowledgement its record does not
+        confirm does not count. A wait that ends with stragglers is recorded in the events
+        stream, for ``fleetgate serve`` to announce."""
         report = await self._waiter.wait(
             version, timeout, self.wait_poll_interval, self._changes.last
         )
