@@ -242,11 +242,6 @@ class ReplicaResult:
             "last_heard": format_time(self.last_heard) or None,
         }
 
-    def straggler_dict(self) -> dict[str, Any]:
-        """The report's ``stragglers`` entry: who, why, when last heard, in flight then."""
-        return {"id": self.id, "why": self.why,
-                "last_heard": format_time(self.last_heard) or None, "in_flight": self.in_flight}
-
 
 @dataclass(frozen=True, slots=True)
 class Excused:
@@ -288,7 +283,8 @@ class WaitReport:
             "action": self.action,
             "elapsed_s": self.elapsed_s,
             "replicas": [r.to_dict() for r in self.replicas],
-            "stragglers": [r.straggler_dict() for r in self.stragglers],
+            # ids, as before: each one's why, last_heard and in_flight are in its replicas entry
+            "stragglers": [r.id for r in self.stragglers],
             "excused": [e.to_dict() for e in self.excused],
         }
 

@@ -266,7 +266,8 @@
   function showWait(wait) {
     const list = $("wait-report");
     const items = [];
-    for (const r of (wait && wait.stragglers) || []) {
+    const stragglers = new Set((wait && wait.stragglers) || []);
+    for (const r of ((wait && wait.replicas) || []).filter((x) => stragglers.has(x.id))) {
       const li = document.createElement("li");
       li.dataset.kind = "straggler";
       li.dataset.replicaId = r.id;
