@@ -81,13 +81,9 @@ def pause(
     progress = Progress(limit, GRACE_S)
 
     async def act(fleet: Fleet) -> tuple[FleetState, WaitReport | None]:
-        progress.step = "change"
-        state = await fleet.pause(
+        return await _change_then_wait(fleet, progress, wait, lambda: fleet.pause(
             reason, by=by_name, expected_for=span, auto_resume_after=span if auto_resume else None
-        )
-        progress.step, progress.state = "wait", state
-        report = await fleet.wait(state.version, timeout=progress.left()) if wait else None
-        return state, report
+        ))
 
     state, report = _run(settings, act, progress, json_out)
     report_action(state, report, json_out)
@@ -122,14 +118,25 @@ def resume(
 
     async def act(fleet: Fleet) -> tuple[FleetState, WaitReport | None, bool]:
         was_paused = (await fleet.state()).paused
-        progress.step = "change"
-        state = await fleet.resume(by=by_name, stagger=spread, reason=reason)
-        progress.step, progress.state = "wait", state
-        report = await fleet.wait(state.version, timeout=progress.left()) if wait else None
+        state, report = await _change_then_wait(
+            fleet, progress, wait, lambda: fleet.resume(by=by_name, stagger=spread, reason=reason)
+        )
         return state, report, was_paused
 
     state, report, was_paused = _run(settings, act, progress, json_out)
     report_action(state, report, json_out, changed=was_paused)
+
+
+async def _change_then_wait(
+    fleet: Fleet, progress: Progress, wait: bool, change: Callable[[], Awaitable[FleetState]]
+) -> tuple[FleetState, WaitReport | None]:
+    """Make the change, then (``wait``) wait for the replicas with what is left of the
+    command's time; ``progress`` says which step a deadline cut off."""
+    progress.step = "change"
+    state = await change()
+    progress.step, progress.state = "wait", state
+    report = await fleet.wait(state.version, timeout=progress.left()) if wait else None
+    return state, report
 
 
 def _run(

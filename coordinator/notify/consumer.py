@@ -26,7 +26,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -243,20 +243,11 @@ class Notifier:
     # ------------------------------------------------------------------ acknowledging
 
     async def _ack_loop(self) -> None:
-        failures = 0
         while True:
             await self._ack_wanted.wait()
             self._ack_wanted.clear()
             while self._to_ack:
-                try:
-                    await self._ack_now()
-                except asyncio.CancelledError:
-                    raise
-                except (RedisError, OSError) as exc:
-                    failures += 1
-                    await self._redis_failed(exc, failures)
-                    continue
-                failures = 0
+                await self._until_done(self._ack_now)
 
     async def _ack_now(self) -> None:
         batch = list(self._to_ack)
@@ -274,17 +265,8 @@ class Notifier:
     # ------------------------------------------------------------------ claiming
 
     async def _claim_loop(self) -> None:
-        failures = 0
         while True:
-            try:
-                await self.sweep()
-            except asyncio.CancelledError:
-                raise
-            except (RedisError, OSError) as exc:
-                failures += 1
-                await self._redis_failed(exc, failures)
-                continue
-            failures = 0
+            await self._until_done(self.sweep)
             await asyncio.sleep(self.settings.claim_idle / 3)
 
     async def sweep(self) -> None:
@@ -323,6 +305,20 @@ class Notifier:
                     break
 
     # ------------------------------------------------------------------ Redis down
+
+    async def _until_done(self, call: Callable[[], Awaitable[None]]) -> None:
+        """``call()`` again after each Redis failure (backing off), until it succeeds."""
+        failures = 0
+        while True:
+            try:
+                await call()
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                failures += 1
+                await self._redis_failed(exc, failures)
+                continue
+            return
 
     async def _redis_failed(self, exc: BaseException, failures: int) -> None:
         if not self._redis_down:

@@ -31,10 +31,27 @@ def _few_keys(data: Any, fields: dict[str, FieldInfo]) -> Any:
     return data
 
 
-class PauseRequest(BaseModel):
-    """Pause the fleet. ``by`` is not accepted: it is the token's operator name."""
+def _timeout() -> Any:
+    """The ``timeout`` field of every write: the whole request's bound."""
+    return Field(
+        default=60.0, ge=MIN_DURATION_S, le=MAX_DURATION_S,
+        description="Seconds the whole request may take; the wait in it is capped by FLEETGATE_MAX_WAIT.",
+    )
+
+
+class _WriteBody(BaseModel):
+    """What every write's body shares: strict, and no more keys than it has fields."""
 
     model_config = _STRICT
+
+    @model_validator(mode="before")
+    @classmethod
+    def _few_fields(cls, data: Any) -> Any:
+        return _few_keys(data, cls.model_fields)
+
+
+class PauseRequest(_WriteBody):
+    """Pause the fleet. ``by`` is not accepted: it is the token's operator name."""
 
     reason: str = Field(min_length=1, max_length=MAX_REASON, description="Why (1 to 500 printable characters).")
     for_seconds: float | None = Field(
@@ -43,15 +60,7 @@ class PauseRequest(BaseModel):
     )
     auto_resume: bool = Field(default=False, description="Resume by itself when the window ends.")
     wait: bool = Field(default=False, description="Block until every live replica is quiet.")
-    timeout: float = Field(
-        default=60.0, ge=MIN_DURATION_S, le=MAX_DURATION_S,
-        description="Seconds the whole request may take; the wait in it is capped by FLEETGATE_MAX_WAIT.",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _few_fields(cls, data: Any) -> Any:
-        return _few_keys(data, cls.model_fields)
+    timeout: float = _timeout()
 
     @field_validator("reason", mode="before")
     @classmethod
@@ -70,10 +79,8 @@ class PauseRequest(BaseModel):
         return self
 
 
-class ResumeRequest(BaseModel):
+class ResumeRequest(_WriteBody):
     """Resume the fleet. ``by`` is not accepted: it is the token's operator name."""
-
-    model_config = _STRICT
 
     reason: str | None = Field(
         default=None, max_length=MAX_REASON,
@@ -84,15 +91,7 @@ class ResumeRequest(BaseModel):
         description="Spread the replicas' resumes evenly over this window.",
     )
     wait: bool = Field(default=False, description="Block until every live replica is running.")
-    timeout: float = Field(
-        default=60.0, ge=MIN_DURATION_S, le=MAX_DURATION_S,
-        description="Seconds the whole request may take; the wait in it is capped by FLEETGATE_MAX_WAIT.",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _few_fields(cls, data: Any) -> Any:
-        return _few_keys(data, cls.model_fields)
+    timeout: float = _timeout()
 
     @field_validator("reason", mode="before")
     @classmethod
