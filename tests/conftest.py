@@ -74,6 +74,20 @@ def private_redis() -> Iterator[LocalRedis]:
 
 
 @pytest.fixture
+def debug_redis() -> Iterator[LocalRedis]:
+    """A private Redis that takes ``DEBUG`` (``DEBUG SLEEP``: a Redis that hangs) from a local
+    connection; killed at the end, at once, even while it sleeps."""
+    if find_server_binary() is None:
+        pytest.skip("no redis-server or valkey-server binary for a private server")
+    server = LocalRedis(extra_args=["--enable-debug-command", "local"]).start()
+    try:
+        yield server
+    finally:
+        server.kill()
+        server.stop()
+
+
+@pytest.fixture
 def no_subscribe_url(private_redis: LocalRedis) -> str:
     """The URL of a user of ``private_redis`` who may do anything but subscribe."""
     with SyncRedis.from_url(private_redis.url) as admin:
@@ -86,6 +100,14 @@ def no_subscribe_url(private_redis: LocalRedis) -> str:
 def fleet_name() -> str:
     """A fleet name of this test's own, so tests sharing a server never see each other."""
     return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def sync_redis(redis_url: str) -> Iterator[SyncRedis]:
+    """A synchronous client of the shared server (str replies), for tests that are not async."""
+    client = SyncRedis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
 
 
 @pytest.fixture

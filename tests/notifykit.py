@@ -3,7 +3,8 @@
 ``Hook`` is a small HTTP/1.1 server (asyncio streams) that records every request and answers
 with the status its ``answers`` say, in order (the last one repeats); an answer of ``None``
 holds the request open until ``release()``: a receiver that hangs. ``verify`` is the
-receiver-side check of the README, word for word.
+receiver-side check of the README, word for word. ``quick`` and ``notifier`` give a test a
+notifier with short backoffs that signs its requests.
 """
 
 from __future__ import annotations
@@ -18,9 +19,31 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import redis.asyncio as aioredis
+
 from coordinator.notify.consumer import Notifier
+from coordinator.notify.settings import NotifySettings
 
 SECRET = "webhook-secret-for-tests"
+
+
+def quick(*urls: str, **extra: Any) -> NotifySettings:
+    """Settings for a test: short backoff, a secret."""
+    values: dict[str, Any] = {"secret": SECRET.encode(), "backoff": 0.02, "backoff_max": 0.1,
+                              "block": 0.5, **extra}
+    return NotifySettings(urls=urls, **values)
+
+
+@contextlib.asynccontextmanager
+async def notifier(redis_url: str, fleet: str, settings: NotifySettings,
+                   consumer: str | None = None) -> AsyncIterator[Notifier]:
+    """A started ``Notifier`` on a client of its own; stopped, and the client closed, after."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        async with Notifier(client, fleet, settings, consumer=consumer) as n:
+            yield n
+    finally:
+        await client.aclose()
 
 
 def verify(secret: str, body: bytes, header: str) -> bool:

@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from coordinator.demo.localredis import LocalRedis, find_server_binary
+from coordinator.demo.localredis import LocalRedis
 from coordinator.web.api import create_app
 from replica.contract import (
     CONTROL_CONNECTED,
@@ -31,19 +31,6 @@ from tests.apikit import ADMIN, VIEW, auth, client_for, make_settings, strict_js
 FLEET = "hung"
 SLACK_S = 4.0
 """What "the timeout plus a little" may add on a loaded machine (the hangs last longer)."""
-
-
-@pytest.fixture
-def sleepy_redis() -> Iterator[LocalRedis]:
-    """A private Redis that takes ``DEBUG SLEEP`` from a local connection."""
-    if find_server_binary() is None:
-        pytest.skip("no redis-server or valkey-server binary for a private server")
-    server = LocalRedis(extra_args=["--enable-debug-command", "local"]).start()
-    try:
-        yield server
-    finally:
-        server.kill()  # at once, even while it sleeps
-        server.stop()
 
 
 @asynccontextmanager
@@ -71,16 +58,16 @@ def assert_unknown_outcome(response: httpx.Response) -> None:
 
 @pytest.mark.parametrize("action", ["pause", "resume"])
 async def test_a_change_with_no_answer_within_its_timeout_gets_504_and_may_have_been_applied(
-    sleepy_redis: LocalRedis, action: str
+    debug_redis: LocalRedis, action: str
 ) -> None:
-    async with coordinator(sleepy_redis) as api:
+    async with coordinator(debug_redis) as api:
         # a change first, so the server knows the script (else its EVALSHA would fail)
         await api.post("/api/fleet/pause", headers=auth(ADMIN), json={"reason": "before"})
         if action == "pause":
             await api.post("/api/fleet/resume", headers=auth(ADMIN))
         before = (await api.get("/api/fleet", headers=auth(VIEW))).json()["state"]["version"]
         body = {"reason": "during a hang", "timeout": 1}
-        sleeper = hang(sleepy_redis, 5)
+        sleeper = hang(debug_redis, 5)
         try:
             started = time.monotonic()
             response = await api.post(f"/api/fleet/{action}", headers=auth(ADMIN), json=body)
@@ -97,27 +84,27 @@ async def test_a_change_with_no_answer_within_its_timeout_gets_504_and_may_have_
 
 @pytest.mark.parametrize("action", ["pause", "resume"])
 async def test_a_wait_against_a_hung_redis_ends_within_its_timeout(
-    sleepy_redis: LocalRedis, action: str
+    debug_redis: LocalRedis, action: str
 ) -> None:
-    async with coordinator(sleepy_redis) as api:
+    async with coordinator(debug_redis) as api:
         if action == "resume":
             await api.post("/api/fleet/pause", headers=auth(ADMIN), json={"reason": "before"})
         body = {"reason": "hung", "wait": True, "timeout": 2}
-        sleeper = hang(sleepy_redis, 60)
+        sleeper = hang(debug_redis, 60)
         started = time.monotonic()
         response = await api.post(f"/api/fleet/{action}", headers=auth(ADMIN), json=body)
         elapsed = time.monotonic() - started
         sleeper.close()
-        sleepy_redis.kill()
+        debug_redis.kill()
     assert_unknown_outcome(response)
     assert 2.0 <= elapsed < 2.0 + SLACK_S
 
 
 async def test_an_applied_pause_whose_wait_redis_stops_answering_gets_202_with_its_state(
-    sleepy_redis: LocalRedis,
+    debug_redis: LocalRedis,
 ) -> None:
     keys = Keys(FLEET)
-    client = aioredis.Redis.from_url(sleepy_redis.url, decode_responses=True)
+    client = aioredis.Redis.from_url(debug_redis.url, decode_responses=True)
     try:
         # a live replica that will never acknowledge: the wait polls its record
         await client.zadd(keys.replicas, {"r1": time.time() * 1000})
@@ -125,7 +112,7 @@ async def test_an_applied_pause_whose_wait_redis_stops_answering_gets_202_with_i
             R_HEARTBEAT_AT: format_time(now_utc()), R_HEARTBEAT_INTERVAL: "3600",
             R_APPLIED_VERSION: "0", R_CONTROL: CONTROL_CONNECTED,
         })
-        async with coordinator(sleepy_redis) as api:
+        async with coordinator(debug_redis) as api:
             body = {"reason": "hung while waiting", "wait": True, "timeout": 5}
             started = time.monotonic()
             request = asyncio.create_task(
@@ -133,11 +120,11 @@ async def test_an_applied_pause_whose_wait_redis_stops_answering_gets_202_with_i
             )
             entries = await client.xread({keys.audit: "0"}, block=30_000)
             assert entries, "the pause never reached the audit stream"
-            sleeper = hang(sleepy_redis, 60)
+            sleeper = hang(debug_redis, 60)
             response = await request
             elapsed = time.monotonic() - started
             sleeper.close()
-            sleepy_redis.kill()
+            debug_redis.kill()
     finally:
         await client.aclose()
     assert response.status_code == 202, response.text
@@ -150,14 +137,14 @@ async def test_an_applied_pause_whose_wait_redis_stops_answering_gets_202_with_i
 
 @pytest.mark.slow
 async def test_a_change_whose_reply_times_out_on_the_client_gets_504_not_unreachable(
-    sleepy_redis: LocalRedis,
+    debug_redis: LocalRedis,
 ) -> None:
     """The issue's reproduction: a pause during ``DEBUG SLEEP 12`` answered 503 "Redis
     unreachable" after the client's 10 s socket timeout, though it was applied."""
-    async with coordinator(sleepy_redis) as api:
+    async with coordinator(debug_redis) as api:
         # a change first, so the server knows the script (else its EVALSHA would fail)
         await api.post("/api/fleet/resume", headers=auth(ADMIN), json={"reason": "warm up"})
-        sleeper = hang(sleepy_redis, 12)
+        sleeper = hang(debug_redis, 12)
         try:
             response = await api.post(
                 "/api/fleet/pause", headers=auth(ADMIN), json={"reason": "db failover"}

@@ -12,7 +12,7 @@ hung up.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -20,7 +20,7 @@ from cpkit import until
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from coordinator import Fleet
-from coordinator.demo.localredis import LocalRedis, find_server_binary
+from coordinator.demo.localredis import LocalRedis
 from replica.contract import FleetState
 from replica.errors import OutcomeUnknown
 
@@ -32,21 +32,8 @@ the machine."""
 
 
 @pytest.fixture
-def sleepy_redis() -> Iterator[LocalRedis]:
-    """A private Redis that takes ``DEBUG SLEEP`` from a local connection."""
-    if find_server_binary() is None:
-        pytest.skip("no redis-server or valkey-server binary for a private server")
-    server = LocalRedis(extra_args=["--enable-debug-command", "local"]).start()
-    try:
-        yield server
-    finally:
-        server.kill()
-        server.stop()
-
-
-@pytest.fixture
-async def admin(sleepy_redis: LocalRedis) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(sleepy_redis.url, decode_responses=True)
+async def admin(debug_redis: LocalRedis) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(debug_redis.url, decode_responses=True)
     try:
         yield client
     finally:
@@ -54,10 +41,10 @@ async def admin(sleepy_redis: LocalRedis) -> AsyncIterator[aioredis.Redis]:
 
 
 @pytest.fixture
-async def impatient(sleepy_redis: LocalRedis) -> AsyncIterator[aioredis.Redis]:
+async def impatient(debug_redis: LocalRedis) -> AsyncIterator[aioredis.Redis]:
     """The coordinator's client: a short socket timeout."""
     client = aioredis.Redis.from_url(
-        sleepy_redis.url, decode_responses=True, socket_timeout=SOCKET_TIMEOUT_S
+        debug_redis.url, decode_responses=True, socket_timeout=SOCKET_TIMEOUT_S
     )
     try:
         yield client
@@ -135,22 +122,22 @@ async def _held_id(admin: aioredis.Redis) -> int:
 
 
 async def test_a_change_that_cannot_be_sent_raises_the_connection_error(
-    sleepy_redis: LocalRedis, impatient: aioredis.Redis
+    debug_redis: LocalRedis, impatient: aioredis.Redis
 ) -> None:
     fleet = Fleet(impatient, "orders")
     await fleet.resume(by="t")
-    sleepy_redis.kill()
-    sleepy_redis.stop()
+    debug_redis.kill()
+    debug_redis.stop()
     with pytest.raises(RedisConnectionError):
         await fleet.pause("nobody there", by="t")
 
 
 async def test_a_change_after_a_redis_restart_goes_through_on_a_fresh_connection(
-    sleepy_redis: LocalRedis, impatient: aioredis.Redis
+    debug_redis: LocalRedis, impatient: aioredis.Redis
 ) -> None:
     fleet = Fleet(impatient, "orders")
     await fleet.pause("before the restart", by="t")
-    sleepy_redis.kill()  # no persistence: the state and the script cache are gone
-    sleepy_redis.start()
+    debug_redis.kill()  # no persistence: the state and the script cache are gone
+    debug_redis.start()
     state = await fleet.pause("after the restart", by="t")  # the old connection is dead
     assert state.paused and state.version == 1 and state.reason == "after the restart"

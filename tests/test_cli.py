@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import redis as syncredis
 
-from coordinator.cli.app import main
 from coordinator.demo.localredis import free_port
 from replica.contract import Keys, parse_time
+from tests.clikit import one_line, run
 from tests.fleetkit import FLEETGATE, ReplicaThread, run_cli
 from tests.procs import Processes
 
@@ -38,27 +38,6 @@ def kit(env: None, redis_url: str, fleet_name: str) -> Iterator[ReplicaThread]:
     thread = ReplicaThread(redis_url, fleet_name, 3)
     with thread:
         yield thread
-
-
-@pytest.fixture
-def sync_redis(redis_url: str) -> Iterator[syncredis.Redis]:
-    client = syncredis.Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    client.close()
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got: {err!r}"
-    assert "Traceback" not in err
-    assert lines[0].startswith("fleetgate: ")
-    return lines[0]
 
 
 # ---------------------------------------------------------------------------- pause / resume

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import pytest
 from redis import Redis as SyncRedis
 
-from coordinator.demo.localredis import LocalRedis, find_server_binary
+from coordinator.demo.localredis import LocalRedis
+from tests.clikit import one_line
 from tests.fleetkit import FLEETGATE, run_cli
 from tests.procs import Processes
 
@@ -42,27 +43,17 @@ class HungRedis:
 
 
 @pytest.fixture
-def hung_redis() -> Iterator[HungRedis]:
+def hung_redis(debug_redis: LocalRedis) -> Iterator[HungRedis]:
     """A private Redis put to sleep before the test starts its command; killed at the end."""
-    if find_server_binary() is None:
-        pytest.skip("no redis-server or valkey-server binary for a private server")
-    server = LocalRedis(extra_args=["--enable-debug-command", "yes"]).start()
-    sleeper = socket.create_connection((server.host, server.port), timeout=10)
+    sleeper = socket.create_connection((debug_redis.host, debug_redis.port), timeout=10)
     try:
         # Sent before the command under test starts: the server reads it no later than the
         # command's first bytes, and answers no one for SLEEP_S seconds from then.
         sleeper.sendall(f"DEBUG SLEEP {SLEEP_S}\r\n".encode())
-        yield HungRedis(server.url, sleeper)
+        yield HungRedis(debug_redis.url, sleeper)
     finally:
-        server.kill()
+        debug_redis.kill()
         sleeper.close()
-
-
-def one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got: {err!r}"
-    assert "Traceback" not in err and lines[0].startswith("fleetgate: ")
-    return lines[0]
 
 
 @pytest.mark.parametrize(

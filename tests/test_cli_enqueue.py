@@ -8,14 +8,13 @@ text nested too deep to parse (exit 1 is for Redis unreachable).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis as syncredis
 
-from coordinator.cli.app import main
 from replica.contract import Keys
+from tests.clikit import one_line, run
 from tests.fleetkit import run_cli
 
 
@@ -23,26 +22,6 @@ from tests.fleetkit import run_cli
 def env(monkeypatch: pytest.MonkeyPatch, redis_url: str, fleet_name: str) -> None:
     monkeypatch.setenv("FLEETGATE_REDIS_URL", redis_url)
     monkeypatch.setenv("FLEETGATE_FLEET", fleet_name)
-
-
-@pytest.fixture
-def sync_redis(redis_url: str) -> Iterator[syncredis.Redis]:
-    client = syncredis.Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    client.close()
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got: {err!r}"
-    assert "Traceback" not in err and lines[0].startswith("fleetgate: ")
-    return lines[0]
 
 
 def test_a_line_nested_975_deep_is_a_usage_error_naming_the_line(

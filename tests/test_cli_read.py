@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis as syncredis
 
-from coordinator.cli.app import main
 from replica.contract import Keys
+from tests.clikit import run
 
 LINK = "[link=https://evil.example/login]see runbook[/link]"
 EVIL_HOST = "node\x1b[2J\x1b]8;;https://evil.example\x1b\\-1\x9b31m\u202e"
@@ -28,19 +27,6 @@ def env(monkeypatch: pytest.MonkeyPatch, redis_url: str, fleet_name: str) -> Non
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("FLEETGATE_REDIS_URL", redis_url)
     monkeypatch.setenv("FLEETGATE_FLEET", fleet_name)
-
-
-@pytest.fixture
-def sync_redis(redis_url: str) -> Iterator[syncredis.Redis]:
-    client = syncredis.Redis.from_url(redis_url, decode_responses=True)
-    yield client
-    client.close()
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def add_replica(client: syncredis.Redis, fleet: str, replica_id: str, host: str) -> None:

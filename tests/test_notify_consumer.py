@@ -12,10 +12,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx
 import redis.asyncio as aioredis
@@ -24,31 +21,14 @@ from coordinator.demo.localredis import free_port
 from coordinator.fleet.fleet import Fleet
 from coordinator.notify.alerts import Alerts
 from coordinator.notify.consumer import Notifier
-from coordinator.notify.settings import GROUP, NotifySettings
+from coordinator.notify.settings import GROUP
 from coordinator.web.api import create_app
 from coordinator.web.metrics import OverdueWatcher
 from replica.contract import Keys
 from tests.apikit import client_for, make_settings
 from tests.fleetkit import replicas, run_cli, until
-from tests.notifykit import SECRET, Hook, settle, verify
+from tests.notifykit import SECRET, Hook, notifier, quick, settle, verify
 from tests.procs import Processes
-
-
-def quick(*urls: str, **extra: Any) -> NotifySettings:
-    values: dict[str, Any] = {"secret": SECRET.encode(), "backoff": 0.02, "backoff_max": 0.1,
-                              "block": 0.5, **extra}
-    return NotifySettings(urls=urls, **values)
-
-
-@asynccontextmanager
-async def notifier(redis_url: str, fleet: str, settings: NotifySettings,
-                   consumer: str | None = None) -> AsyncIterator[Notifier]:
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    try:
-        async with Notifier(client, fleet, settings, consumer=consumer) as n:
-            yield n
-    finally:
-        await client.aclose()
 
 
 async def nothing_pending(redis: aioredis.Redis, fleet: str) -> bool:

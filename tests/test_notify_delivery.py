@@ -10,42 +10,19 @@ import shutil
 import ssl
 import subprocess
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 from coordinator.fleet.fleet import Fleet
 from coordinator.notify import webhook
-from coordinator.notify.consumer import Notifier
-from coordinator.notify.settings import NotifySettings
 from coordinator.web.api import create_app
 from coordinator.web.metrics import render_metrics
 from tests.apikit import ADMIN, client_for, json_headers, make_settings
-from tests.notifykit import SECRET, Hook, hooks, settle, verify
+from tests.notifykit import SECRET, Hook, hooks, notifier, quick, settle, verify
 
 FIELDS = ("event", "fleet", "hold", "reason", "by", "version", "at", "text")
-
-
-def quick(*urls: str, **extra: Any) -> NotifySettings:
-    """Settings for a test: short backoff, a secret."""
-    values: dict[str, Any] = {"secret": SECRET.encode(), "backoff": 0.02, "backoff_max": 0.1,
-                              "block": 0.5, **extra}
-    return NotifySettings(urls=urls, **values)
-
-
-@asynccontextmanager
-async def notifier(redis_url: str, fleet: str, settings: NotifySettings,
-                   consumer: str | None = None) -> AsyncIterator[Notifier]:
-    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-    try:
-        async with Notifier(client, fleet, settings, consumer=consumer) as n:
-            yield n
-    finally:
-        await client.aclose()
 
 
 async def test_a_pause_is_posted_signed_to_every_receiver_with_its_fields_and_sentence(
