@@ -255,11 +255,29 @@ def test_a_dead_letter_without_its_error_does_not_account_for_an_item() -> None:
     assert broken_rules(check(events)) == [3]
 
 
-def test_an_item_enqueued_before_an_empty_redis_restart_is_forgotten_not_lost() -> None:
-    events = [*clean(), enqueued("i4", 3.5)]
-    events += fault(1, "redis-restart", "redis", 3.6, 3.9, mode="empty")
-    result = check(events)
+def wiped(items: list[str] | None, last: str | None) -> list[dict[str, Any]]:
+    """i4 (entry i4-0) enqueued at 3.5, then Redis restarted empty at 3.6, its work stream read
+    just before: ``items`` it held then (None: it did not answer), ``last`` its last entry."""
+    events = [*clean(), enqueued("i4", 3.5),
+              *fault(1, "redis-restart", "redis", 3.6, 3.9, mode="empty"),
+              ev("wiped", 3.61, id=1, items=items, last=last, read_at=T + 3.605)]
+    find(events, "enqueue", item="i4")["entry"] = "1000-0"
+    return events
+
+
+def test_an_item_the_work_stream_held_when_redis_restarted_empty_is_forgotten_not_lost() -> None:
+    result = check(wiped(["i4"], "1000-0"))
     assert 3 not in broken_rules(result) and result.forgotten == 1 and result.lost == 0
+
+
+def test_an_item_enqueued_after_the_stream_was_read_for_the_wipe_is_forgotten_too() -> None:
+    assert check(wiped([], "999-0")).forgotten == 1
+    assert check(wiped(None, None)).forgotten == 1  # the stream could not be read
+
+
+def test_an_item_missing_from_the_stream_before_an_empty_restart_is_still_lost() -> None:
+    result = check(wiped(["i1"], "1001-0"))
+    assert broken_rules(result) == [3] and result.lost == 1
 
 
 def duplicated(*extra: dict[str, Any]) -> list[dict[str, Any]]:

@@ -13,7 +13,8 @@
    deadline (its record's ``applied_at``), or showed an older version after it (a record, an
    acknowledgement or an item start).
 3. **items**: every enqueued item is done at least once, or is in the dead-letter stream with
-   its error (an item Redis forgot in an empty restart before it was done is counted apart).
+   its error (an item the work stream held when an empty restart wiped it, or added to it
+   after it was read for that, is counted apart: Redis forgot it).
    Each duplicate (a second completion) is explained by a kill (the life that completed it
    was killed before the other run started), a freeze past the claim idle time less one lease
    renewal (on a replica that ran it, while it existed) or a lost acknowledgement (the link of
@@ -197,8 +198,7 @@ class Checker:
 
     def rule3(self, r: RuleResult, result: CheckResult) -> None:
         tl = self.tl
-        wipes = [w.start for w in tl.windows
-                 if w.kind == "redis-restart" and w.params.get("mode") == "empty"]
+        held, unknown = self._wiped()
         result.items = len(tl.enqueued)
         result.unknown_enqueues = len(tl.unknown_enqueues)
         for item, enq in tl.enqueued.items():
@@ -211,7 +211,8 @@ class Checker:
             elif letters:
                 result.dead += 1
                 result.dead_ok += enq.get("kind", "ok") == "ok"
-            elif any(float(enq.get("t0") or enq["t"]) <= w for w in wipes):
+            elif item in held or any(float(enq.get("t0") or enq["t"]) <= w for w in unknown) \
+                    or self._after_the_last_read(enq):
                 result.forgotten += 1
             else:
                 result.lost += 1
@@ -227,6 +228,33 @@ class Checker:
                            "with no kill, long freeze or lost acknowledgement to explain it")
                 else:
                     result.duplicates[cause] += 1
+
+    def _wiped(self) -> tuple[set[str], list[float]]:
+        """The items the work stream held when an empty restart wiped it, and the times of the
+        wipes whose stream could not be read (every item enqueued before one may be gone)."""
+        held: set[str] = set()
+        unknown: list[float] = []
+        for wipe in self.tl.wipes:
+            if wipe.get("items") is None:
+                unknown.append(float(wipe["t"]))
+            else:
+                held.update(str(i) for i in wipe["items"])
+        return held, unknown
+
+    def _after_the_last_read(self, enq: Event) -> bool:
+        """Enqueued after the stream was read for a wipe (an entry id past its last one, or
+        sent just before an empty stream was read) and before the kill: wiped too."""
+        entry = _entry(enq.get("entry"))
+        t0 = float(enq.get("t0") or enq["t"])
+        for wipe in self.tl.wipes:
+            if wipe.get("items") is None or t0 > float(wipe["t"]):
+                continue
+            last = _entry(wipe.get("last"))
+            if last is not None and entry is not None and entry > last:
+                return True
+            if last is None and t0 >= float(wipe.get("read_at") or wipe["t"]) - 0.5:
+                return True
+        return False
 
     def _duplicate_cause(self, x: Run, y: Run) -> str | None:
         """Why ``y`` ran the item again after ``x`` completed it (``x`` started first)."""
@@ -417,6 +445,17 @@ class Checker:
             elif op.get("exit") not in CLI_STATUSES or "Traceback" in stderr:
                 r.fail(f"fleetgate {op.get('action')} exited {op.get('exit')} at "
                        f"{self.at(float(op['t']))}: {stderr.strip()[-200:]}")
+
+
+def _entry(value: object) -> tuple[int, int] | None:
+    """A stream entry id (``1700000000000-0``) as a comparable pair."""
+    if not isinstance(value, str) or "-" not in value:
+        return None
+    ms, _, seq = value.partition("-")
+    try:
+        return int(ms), int(seq)
+    except ValueError:
+        return None
 
 
 def check(events: Iterable[Event], *, strict: bool = False) -> CheckResult:

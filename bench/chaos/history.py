@@ -37,7 +37,9 @@ The events (the fields besides ``ev`` and ``t``):
   ``action``, ``elapsed_s``, ``replicas``: [{``id``, ``reached``, ``why``}]) and the bounds of
   the moment it was made, ``t_lo`` and ``t_hi``.
 * ``fault-start``, ``fault-end``: ``id``, ``kind``, ``target`` (a replica id, ``fleet`` or
-  ``redis``), ``params``, ``pid`` (the life it hit); ``fault-skipped``: its target was down.
+  ``redis``), ``params``, ``pid`` (the life it hit); ``fault-skipped``: its target was down;
+  ``wiped``: an empty restart's ``items`` (what the work stream held just before, None when it
+  could not be read), ``last`` (its last entry id) and ``read_at``.
 * ``settled``: ``phase``, ``state`` (the hash), ``replicas`` (their records): a snapshot
   once the faults healed (``healed``) and after the final resume (``final``).
 """

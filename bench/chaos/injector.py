@@ -27,6 +27,7 @@ from bench.chaos.producer import Producer
 from bench.chaos.proxy import LinkProxy
 from bench.chaos.replicas import Replicas
 from bench.chaos.server import ChaosRedis
+from replica.demo import item_id
 
 log = logging.getLogger(__name__)
 
@@ -138,11 +139,14 @@ class Injector:
                 self.replicas.thaw(life)
 
     async def _redis_restart(self, fault: Fault, end: dict[str, Any]) -> None:
+        empty = fault.params.get("mode") == "empty"
+        held = await self._work_items() if empty else {}
         pid = self.server.pid
         status = self.server.kill()
         self.history.write("exit", process="redis", pid=pid, status=status, killed=True)
-        if fault.params.get("mode") == "empty":
+        if empty:
             self.server.wipe()
+            self.history.write("wiped", id=fault.id, **held)
         await self._hold(fault.duration)
         for attempt in range(5):
             try:
@@ -153,6 +157,24 @@ class Injector:
                     raise
                 await asyncio.sleep(0.5)
         end["pid"] = self.server.pid
+
+    async def _work_items(self) -> dict[str, Any]:
+        """The items in the work stream (unread or pending), its last entry id and when it
+        was read, just before an empty restart forgets them (``items`` None when Redis did
+        not answer)."""
+        read_at = time.time()
+        try:
+            async with asyncio.timeout(2.0):
+                entries: Any = await self.admin.xrange(self.observer.keys.work,
+                                                       count=1_000_000)
+        except (RedisError, OSError, TimeoutError):
+            return {"items": None, "last": None, "read_at": read_at}
+        items = []
+        for _entry_id, fields in entries or []:
+            with contextlib.suppress(ValueError, UnicodeDecodeError, AttributeError):
+                items.append(item_id(json.loads(fields.get(b"item", b"null"))))
+        last = bytes(entries[-1][0]).decode() if entries else None
+        return {"items": items, "last": last, "read_at": read_at}
 
     async def _pubsub_kill(self, fault: Fault, end: dict[str, Any]) -> None:
         killed = 0

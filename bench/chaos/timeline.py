@@ -129,6 +129,9 @@ class Timeline:
         self.ops: list[Event] = []
         self.audits: list[Event] = []
         self.settled: list[Event] = []
+        self.wipes: list[Event] = []
+        """Empty restarts of Redis: the items the work stream held just before (``items``,
+        None when unknown), its last entry id (``last``), ``t`` just after the kill."""
         self.exits: list[Event] = []
         self.end: float = max((float(e["t"]) for e in self.events), default=0.0)
         self.phase: str | None = None
@@ -217,6 +220,8 @@ class Timeline:
                 self.dead[str(e["item"])].append(e)
             elif ev == "settled":
                 self.settled.append(e)
+            elif ev == "wiped":
+                self.wipes.append(e)
             elif ev == "run-end":
                 self.phase = e.get("phase")
         for window in open_faults.values():
