@@ -1,8 +1,9 @@
 """The pausable worker pool and its holds: usable on its own, with no Redis.
 
 The modules: ``pool`` (``PausablePool``: the queue, the gate of holds, the worker tasks),
-``worker`` (how a worker runs one item: deadline, outcome, ``on_error``), ``holds``,
-``waiters``, ``listeners`` and ``stats`` (``PoolStats``).
+``view`` (``PoolView``: what a pool shows of itself), ``runner`` (how a worker runs one item:
+deadline, outcome, ``on_error``), ``crew`` (the worker tasks), ``holds``, ``waiters``,
+``listeners`` and ``stats`` (``PoolStats``).
 
 Imports only ``replica.errors`` and ``replica.types``; never redis or pydantic.
 """

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from typing import Final
 
@@ -33,6 +32,7 @@ from replica.pool.holds import Holds
 from replica.pool.listeners import Listeners
 from replica.pool.runner import ItemRunner, as_failure
 from replica.pool.stats import PoolStats
+from replica.pool.view import PoolView
 from replica.pool.waiters import Waiters
 from replica.types import ErrorHook, Handler, Item, Listener
 
@@ -41,12 +41,13 @@ log = logging.getLogger(__name__)
 DRAIN_SOURCE: Final = "drain"
 
 
-class PausablePool:
+class PausablePool(PoolView):
     """A pool of asyncio workers that can be paused by several independent sources.
 
     ``handler`` is ``async def handler(item)``; ``on_error(item, exc)`` (plain or async) hears
     about failures, timeouts and cancelled items, always as an ``Exception`` (whatever the
     handler raised: see ``replica.pool.runner``). ``maxsize`` bounds the queue (0: unbounded).
+    What it shows of itself (``paused``, ``holds``, ``stats()``, ...) is ``PoolView``'s.
     """
 
     def __init__(
@@ -208,70 +209,6 @@ class PausablePool:
 
     def remove_listener(self, listener: Listener) -> None:
         self._listeners.remove(listener)
-
-    # ------------------------------------------------------------------ state
-
-    @property
-    def paused(self) -> bool:
-        return bool(self._holds)
-
-    @property
-    def holds(self) -> dict[str, str]:
-        """``{source: reason}`` of the pauses in force."""
-        return dict(self._holds.items)
-
-    @property
-    def in_flight(self) -> int:
-        return self._in_flight
-
-    @property
-    def queued(self) -> int:
-        return len(self._items)
-
-    @property
-    def quiet(self) -> bool:
-        """Paused and nothing in flight."""
-        return self.paused and self._in_flight == 0
-
-    @property
-    def maxsize(self) -> int:
-        return self._maxsize
-
-    @property
-    def workers(self) -> int:
-        return self._workers
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def alive(self) -> str | None:
-        """None while every worker task runs (or before start, or once drained); else which
-        one is gone and how: "worker pool-worker-2 was cancelled" (a handler cannot end one)."""
-        if not self._started or self._closed:
-            return None
-        return self._crew.alive()
-
-    def stats(self) -> PoolStats:
-        since = self._holds.since_monotonic
-        runner = self._runner
-        return PoolStats(
-            processed=runner.processed,
-            failed=runner.failed,
-            timed_out=runner.timed_out,
-            cancelled=runner.cancelled,
-            put=self._put,
-            handed_back=len(self.handed_back),
-            in_flight=self._in_flight,
-            queued=self.queued,
-            workers=self._workers,
-            maxsize=self._maxsize,
-            paused=self.paused,
-            holds=self.holds,
-            paused_since=self._holds.since,
-            pause_seconds=0.0 if since is None else time.monotonic() - since,
-            closed=self._closed,
-        )
 
     # ------------------------------------------------------------------ join / drain
 
