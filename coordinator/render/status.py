@@ -1,28 +1,5 @@
-"""What the coordinator shows: the stable JSON shapes and the human tables (rich).
-
-The status shape (``fleetgate status --json`` and ``GET /api/fleet``)::
-
-    {"fleet": "orders",
-     "state": FleetState.to_dict(),
-     "replicas": [ReplicaInfo.to_dict(), ...],
-     "summary": {"replicas": 3, "running": 0, "paused": 0, "quiet": 3, "stale": 0,
-                 "live": 3, "unacknowledged": 0, "in_flight": 0, "queued": 12,
-                 "unreadable": 0, "effectively_paused": true, "pause_age_s": 252.1,
-                 "overdue": false, "now": "2026-11-30T08:04:12.100Z"}}
-
-A replica's state is exactly one of ``running``, ``paused`` (held, items still in flight),
-``quiet`` (held, nothing in flight) and ``stale`` (no heartbeat for a while: its figures are
-old). ``unacknowledged`` counts live replicas behind the fleet's current version. A pause is
-``overdue`` past its ``expected_until``, or past ``max_pause`` when it was given no window.
-``unreadable`` counts the entries of the ``replicas`` set (and their records) that could not be
-read and were skipped (``FleetStatus.unreadable``: a member that is not a replica id, a record
-that is not a hash).
-Ages read ``4m12s``; times are UTC ISO 8601.
-
-Every text read from Redis (reasons, ``by``, replica ids, hosts, audit fields) reaches the
-terminal as text, never as rich markup, and with every character that is not printable shown
-as its escape (``printable``): a reason ``[link=...]`` stays those characters, a host holding
-ESC sequences cannot drive the terminal.
+"""The status of a fleet: its figures (``summary``), the status shape (``status_dict``) and
+the human view (``banner``, ``replica_table``, ``status_renderable``). See ``coordinator.render``.
 """
 
 from __future__ import annotations
@@ -36,41 +13,12 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator.durations import format_age
-from coordinator.fleet.models import (
-    GONE,
-    WHY_UNREACHABLE,
-    AuditEvent,
-    FleetStatus,
-    ReplicaInfo,
-    ReplicaResult,
-    WaitReport,
-)
+from coordinator.fleet.models import FleetStatus, ReplicaInfo
+from coordinator.render.text import cell, printable, short_age
 from replica.contract import FleetState, format_time, now_utc
 
 REPLICA_STATES: Final = ("running", "paused", "quiet", "stale")
 DEFAULT_MAX_PAUSE_S: Final = 1800.0
-
-
-# ---------------------------------------------------------------------------- text
-
-
-def printable(value: object) -> str:
-    """``value`` as one printable line: each character that is not printable (controls,
-    ESC, format characters such as bidirectional overrides, line separators) as its escape,
-    ``\\x1b``, ``\\u202e``. Markup is not touched: see ``cell``."""
-    text = str(value)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
-
-
-def cell(value: object, style: str = "") -> Text:
-    """Stored text for a table: a ``Text`` (rich reads no markup and no emoji codes in it)."""
-    return Text(printable(value), style=style)
-
-
-# ---------------------------------------------------------------------------- figures
-
 
 def replica_state(replica: ReplicaInfo) -> str:
     """``stale``, ``quiet``, ``paused`` or ``running``: one per replica, in that precedence."""
@@ -175,25 +123,8 @@ def fleet_status_dict(
     return status_dict(status.state, status.replicas, now, max_pause, status.unreadable)
 
 
-def history_dict(fleet: str, events: Sequence[AuditEvent]) -> dict[str, Any]:
-    """``history --json`` and ``GET /api/fleet/history``: newest first."""
-    return {"fleet": fleet, "events": [e.to_dict() for e in events]}
-
-
-def action_dict(state: FleetState, report: WaitReport | None) -> dict[str, Any]:
-    """``pause --json``/``resume --json`` and the body of ``POST /api/fleet/pause|resume``."""
-    return {
-        "fleet": state.fleet,
-        "state": state.to_dict(),
-        "wait": None if report is None else report.to_dict(),
-    }
-
-
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
-
-
-# ---------------------------------------------------------------------------- human
 
 
 def _time_and_age(dt: datetime | None, now: datetime) -> str:
@@ -259,7 +190,7 @@ def replica_table(
             cell(r.in_flight),
             cell(r.queued),
             cell(_time_and_age(r.heartbeat_at, now)),
-            cell((_lag(lag) if acked else f"waiting {format_age(lag)}") if lag is not None else "-"),
+            cell((short_age(lag) if acked else f"waiting {format_age(lag)}") if lag is not None else "-"),
             cell(r.host or "-"),
         )
     return table
@@ -297,121 +228,8 @@ def fleet_status_renderable(
     return status_renderable(status.state, status.replicas, now, max_pause, status.unreadable)
 
 
-def history_table(events: Sequence[AuditEvent]) -> RenderableType:
-    if not events:
-        return Text("no pause or resume recorded", style="italic")
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for name in ("at", "action", "by", "reason", "version"):
-        table.add_column(name)
-    for e in events:
-        table.add_row(
-            cell(format_time(e.at)), cell(e.action), cell(e.by or "-"), cell(e.reason or "-"),
-            cell(e.version),
-        )
-    return table
-
-
-def action_line(state: FleetState) -> str:
-    """The first line ``pause``/``resume`` print."""
-    if state.paused:
-        window = f", expected until {format_time(state.expected_until)}" if state.expected_until else ""
-        auto = " (resumes by itself)" if state.auto_resume_at else ""
-        return (f"fleet {state.fleet} paused by {printable(state.by)}: {state.reason!r} "
-                f"(version {state.version}{window}{auto})")
-    stagger = f", staggered over {format_age(state.resume_stagger_s)}" if state.resume_stagger_s else ""
-    return f"fleet {state.fleet} resumed by {printable(state.by)} (version {state.version}{stagger})"
-
-
-def why_not(result: ReplicaResult) -> str:
-    """Why a replica did not get there: ``unreachable`` says when it was last heard and what
-    it had in flight then (its items may still be running)."""
-    why = result.why or "no answer"
-    if why != WHY_UNREACHABLE:
-        return why
-    heard = format_time(result.last_heard) if result.last_heard is not None else "never"
-    items = "in flight unknown" if result.in_flight is None else f"{result.in_flight} in flight"
-    return f"{why}, last heard {heard}, {items}"
-
-
-def wait_table(report: WaitReport) -> RenderableType:
-    """Each replica's acknowledgement: when it applied the change (and, for a pause, when it
-    turned quiet), or why it did not get there; then those excused (they left)."""
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    pause = report.action == "pause"
-    columns = ["replica", "reached", "applied at"] + (["quiet at"] if pause else []) + ["why not"]
-    for name in columns:
-        table.add_column(name)
-    for r in report.replicas:
-        row: list[RenderableType] = [
-            cell(r.id),
-            Text("yes", style="green") if r.reached else Text("no", style="red"),
-            cell(_at_after(r.acked_at, r.applied_after_s)),
-        ]
-        if pause:
-            row.append(cell(_at_after(r.quiet_at, r.quiet_after_s)))
-        row.append(cell(why_not(r) if not r.reached else ""))
-        table.add_row(*row)
-    for e in report.excused:
-        row = [cell(e.id), Text("excused", style="yellow"), cell("-")]
-        if pause:
-            row.append(cell("-"))
-        row.append(cell(f"{e.reason} (stopped cleanly)" if e.reason == GONE else e.reason))
-        table.add_row(*row)
-    return table
-
-
-def _at_after(at: datetime | None, after_s: float | None) -> str:
-    if at is None:
-        return "-"
-    return format_time(at) + ("" if after_s is None else f" (+{_lag(after_s)})")
-
-
-def _lag(seconds: float) -> str:
-    """Sub-second precision where it matters: ``120ms``, ``1.4s``, ``4m12s``."""
-    if seconds < 1:
-        return f"{max(0.0, seconds) * 1000:.0f}ms"
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    return format_age(seconds)
-
-
-def stragglers_line(report: WaitReport) -> str:
-    """The one stderr line of a ``--wait`` that timed out (and who was excused)."""
-    stragglers = [r for r in report.replicas if not r.reached]
-    named = ", ".join(printable(f"{r.id} ({why_not(r)})") for r in stragglers)
-    goal = "quiet" if report.action == "pause" else "running"
-    excused = ""
-    if report.excused:
-        excused = "; excused: " + ", ".join(
-            printable(f"{e.id} ({e.reason})") for e in report.excused)
-    return (
-        f"timed out after {report.elapsed_s:.1f}s: {len(stragglers)} of {len(report.replicas)} "
-        f"replicas not {goal}: {named}{excused}"
-    )
-
-
 __all__ = [
-    "REPLICA_STATES",
-    "ack_lag_s",
-    "action_dict",
-    "action_line",
-    "banner",
-    "cell",
-    "fleet_status_dict",
-    "fleet_status_renderable",
-    "history_dict",
-    "history_table",
-    "is_overdue",
-    "pause_age_s",
-    "printable",
-    "replica_state",
-    "replica_table",
-    "status_dict",
-    "status_renderable",
-    "stragglers_line",
-    "summary",
-    "unacknowledged",
-    "unreadable_line",
-    "wait_table",
-    "why_not",
+    "DEFAULT_MAX_PAUSE_S", "REPLICA_STATES", "ack_lag_s", "banner", "fleet_status_dict",
+    "fleet_status_renderable", "is_overdue", "pause_age_s", "replica_state", "replica_table",
+    "status_dict", "status_renderable", "summary", "unacknowledged", "unreadable_line"
 ]

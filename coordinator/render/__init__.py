@@ -1,0 +1,80 @@
+"""What the coordinator shows: the stable JSON shapes and the human tables (rich).
+
+The status shape (``fleetgate status --json`` and ``GET /api/fleet``)::
+
+    {"fleet": "orders",
+     "state": FleetState.to_dict(),
+     "replicas": [ReplicaInfo.to_dict(), ...],
+     "summary": {"replicas": 3, "running": 0, "paused": 0, "quiet": 3, "stale": 0,
+                 "live": 3, "unacknowledged": 0, "in_flight": 0, "queued": 12,
+                 "unreadable": 0, "effectively_paused": true, "pause_age_s": 252.1,
+                 "overdue": false, "now": "2026-11-30T08:04:12.100Z"}}
+
+A replica's state is exactly one of ``running``, ``paused`` (held, items still in flight),
+``quiet`` (held, nothing in flight) and ``stale`` (no heartbeat for a while: its figures are
+old). ``unacknowledged`` counts live replicas behind the fleet's current version. A pause is
+``overdue`` past its ``expected_until``, or past ``max_pause`` when it was given no window.
+``unreadable`` counts the entries of the ``replicas`` set (and their records) that could not be
+read and were skipped (``FleetStatus.unreadable``: a member that is not a replica id, a record
+that is not a hash).
+Ages read ``4m12s``; times are UTC ISO 8601.
+
+Every text read from Redis (reasons, ``by``, replica ids, hosts, audit fields) reaches the
+terminal as text, never as rich markup, and with every character that is not printable shown
+as its escape (``printable``): a reason ``[link=...]`` stays those characters, a host holding
+ESC sequences cannot drive the terminal.
+
+One module per noun: ``text`` (printable, cell), ``status`` (the figures, the status shape and
+view), ``history`` (the audit trail) and ``change`` (a change and its wait report); every name
+is importable from here.
+"""
+
+from __future__ import annotations
+
+from coordinator.render.change import action_dict, action_line, stragglers_line, wait_table, why_not
+from coordinator.render.history import history_dict, history_table
+from coordinator.render.status import (
+    DEFAULT_MAX_PAUSE_S,
+    REPLICA_STATES,
+    ack_lag_s,
+    banner,
+    fleet_status_dict,
+    fleet_status_renderable,
+    is_overdue,
+    pause_age_s,
+    replica_state,
+    replica_table,
+    status_dict,
+    status_renderable,
+    summary,
+    unacknowledged,
+    unreadable_line,
+)
+from coordinator.render.text import cell, printable
+
+__all__ = [
+    "DEFAULT_MAX_PAUSE_S",
+    "REPLICA_STATES",
+    "ack_lag_s",
+    "action_dict",
+    "action_line",
+    "banner",
+    "cell",
+    "fleet_status_dict",
+    "fleet_status_renderable",
+    "history_dict",
+    "history_table",
+    "is_overdue",
+    "pause_age_s",
+    "printable",
+    "replica_state",
+    "replica_table",
+    "status_dict",
+    "status_renderable",
+    "stragglers_line",
+    "summary",
+    "unacknowledged",
+    "unreadable_line",
+    "wait_table",
+    "why_not",
+]
