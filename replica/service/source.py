@@ -52,7 +52,6 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -70,44 +69,11 @@ from replica.service.ledger import Ledger
 from replica.service.reader import READ_BLOCK_S, REDIS_OP_TIMEOUT_S, StreamReader, check_cancelled
 from replica.service.retry import RetryPolicy
 from replica.service.settings import ReplicaSettings
+from replica.service.stats import SourceStats
 from replica.service.trim import Trimmer
 from replica.types import Handler
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class SourceStats:
-    """Counters and the current whereabouts of this replica's items."""
-
-    read: int
-    claimed: int
-    recovered: int
-    done: int
-    failed: int
-    timed_out: int
-    retried: int
-    outage_retries: int
-    dead_lettered: int
-    malformed: int
-    lost_leases: int
-    redis_errors: int
-    handed_back: int
-    """Entries left pending (at ``stop()``, or read once the pool was held) and marked idle
-    for the group's next claim sweep to take at once."""
-    trimmed: int
-    """Acknowledged entries this replica trimmed from the stream."""
-    held: int
-    """Items in this replica's hands (queued + in flight + awaiting retry)."""
-    awaiting_retry: int
-    """Items out of the pool until their retry: waiting out a backoff, or due."""
-    retries_due: int
-    """Of those, the ones whose backoff passed, waiting for the pool (paused, full)."""
-    unacked: int
-    capacity: int
-    group_ready: bool
-    stopped: str | None = None
-    """Why the source stopped reading on its own (a defect), or None."""
 
 
 class StreamSource:
