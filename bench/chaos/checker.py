@@ -1,11 +1,8 @@
 """The checker: reads a chaos history and proves each rule, or names its first counterexample.
 
 1. **starts**: no item starts on a replica while that replica has a pause applied (the
-   handler's own ``held`` at the item's start). Known (``KNOWN``): the handler of an item its
-   pool took just before the pause may begin just after it, since the run count's round trip
-   to Redis sits between the pool's gate and the handler; such a start is counted apart when
-   the replica's pool held that many items at the apply (its acknowledgement's ``in_flight``,
-   less the handlers running then) and it began within ``BEGIN_RUN_BOUND_S`` of the apply.
+   handler's own ``held`` at the item's start: the pool hands an item over and enters its
+   handler in one step, so a handler never begins after the pause).
 2. **propagation**: every replica that is up and connected applies each change within
    ``poll_interval`` + 100 ms of the change becoming readable in Redis, outside its own fault
    windows (its kill, freeze and link faults, and Redis restarts, each followed by the time to
@@ -36,8 +33,8 @@
 
 Counterexamples of known product defects (``KNOWN``) are counted and reported apart and do not
 fail the run unless ``strict``: rule 6 until issue 13 section 1 lands (``wait`` drops a replica
-whose heartbeat went stale; remove it from ``KNOWN`` with that fix), rule 1's late handler
-starts and rule 4's restored pauses above.
+whose heartbeat went stale; remove it from ``KNOWN`` with that fix) and rule 4's restored
+pauses above.
 """
 
 from __future__ import annotations
@@ -48,16 +45,13 @@ from collections.abc import Iterable
 from typing import Final
 
 from bench.chaos.history import Event
-from bench.chaos.timeline import Apply, Change, Life, Run, Timeline
+from bench.chaos.timeline import Change, Life, Run, Timeline
 from bench.chaos.verdict import KNOWN, RULES, CheckResult, RuleResult
 
 SLACK_S: Final = 0.1
 """Rule 2's allowance beyond ``poll_interval``."""
 TIME_TOLERANCE_S: Final = 0.002
 """Times written with millisecond precision are up to 1 ms early."""
-BEGIN_RUN_BOUND_S: Final = 5.0
-"""The longest the source waits for the run count before it calls the handler (its bound on one
-bookkeeping command, ``REDIS_OP_TIMEOUT_S``)."""
 CLI_STATUSES: Final = frozenset({0, 1, 3, 5})
 def _fmt_t(t: float, t0: float) -> str:
     return f"t+{t - t0:.3f}s"
@@ -105,40 +99,12 @@ class Checker:
             r.known_defect(message)
 
     def rule1(self, r: RuleResult) -> None:
-        tl = self.tl
-        by_pid: dict[int, list[Run]] = {}
-        for runs in tl.runs.values():
-            for run in runs:
-                by_pid.setdefault(run.pid, []).append(run)
-        allowance: dict[tuple[int, int], int] = {}
-        for pid, runs in by_pid.items():
-            runs.sort(key=lambda x: x.start)
+        for runs in self.tl.runs.values():
             for run in runs:
                 r.checked += 1
-                if not run.held:
-                    continue
-                what = (f"item {run.item} started on {run.replica} (pid {pid}) at "
-                        f"{self.at(run.start)} with the pause of v{run.version} applied")
-                applied = tl.applies.get((pid, run.version))
-                key = (pid, run.version)
-                if key not in allowance:
-                    allowance[key] = self._taken_before(applied, runs)
-                if applied is not None and allowance[key] > 0 and \
-                        run.start - applied.t <= BEGIN_RUN_BOUND_S:
-                    allowance[key] -= 1
-                    self.known(r, f"{what} {(run.start - applied.t) * 1000:.0f} ms after it: "
-                                  "taken before the pause")
-                else:
-                    r.fail(what)
-
-    @staticmethod
-    def _taken_before(applied: Apply | None, runs: list[Run]) -> int:
-        """Items the pool held at the apply whose handler had not begun (an upper bound)."""
-        if applied is None or applied.in_flight is None:
-            return 0
-        running = sum(1 for x in runs if x.start <= applied.t
-                      and (x.end is None or x.end > applied.t))
-        return max(0, applied.in_flight - running)
+                if run.held:
+                    r.fail(f"item {run.item} started on {run.replica} (pid {run.pid}) at "
+                           f"{self.at(run.start)} with the pause of v{run.version} applied")
 
     # ------------------------------------------------------------------ 2
 

@@ -32,8 +32,6 @@ def table(result: CheckResult) -> list[str]:
         ("enqueues of unknown outcome", str(result.unknown_enqueues)),
         ("items lost", str(result.lost)),
         ("starts during a pause", str(result.starts_after_apply)),
-        ("handler starts after the pause, item taken before it (known)",
-         str(result.late_handler_starts)),
     ]
     for cause in ("kill", "freeze", "lost-ack"):
         rows.append((f"duplicates: {cause}", str(result.duplicates.get(cause, 0))))

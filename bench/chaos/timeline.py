@@ -84,16 +84,6 @@ class Run:
     outcome: str | None = None
 
 
-@dataclass
-class Apply:
-    """A life applied ``version`` at ``t`` with ``in_flight`` items in its pool (None: not
-    known; the pool takes nothing more once a pause is applied)."""
-
-    t: float
-    version: int
-    in_flight: int | None
-
-
 @dataclass(frozen=True, slots=True)
 class Point:
     """At ``t`` the life had applied ``version`` (``exact``: ``t`` is the apply itself)."""
@@ -119,9 +109,6 @@ class Timeline:
         self.windows: list[Window] = []
         self.changes: dict[tuple[int, int], Change] = {}
         self.points: dict[int, list[Point]] = defaultdict(list)
-        self.applies: dict[tuple[int, int], Apply] = {}
-        """(pid, version) -> the apply, from the 'applied' acknowledgement or the record
-        written at the apply."""
         self.enqueued: dict[str, Event] = {}
         self.unknown_enqueues: set[str] = set()
         self.runs: dict[str, list[Run]] = defaultdict(list)
@@ -255,23 +242,7 @@ class Timeline:
             self.points[life.pid].append(Point(t, int(version), source, exact))
 
     def _ack(self, e: Event, t: float) -> None:
-        at = float(e.get("at") or t)
-        self._point(e["replica"], at, e["version"], "ack")
-        life = self.life_of(e["replica"], at)
-        if life is not None and e.get("event") == "applied":
-            self._apply(life.pid, at, int(e["version"]), e.get("in_flight"))
-
-    def _apply(self, pid: int, t: float, version: int, in_flight: Any) -> None:
-        """The earliest time seen for the apply, and the pool's count at it (a count read a
-        moment later is a lower bound: a held pool only empties)."""
-        known = self.applies.get((pid, version))
-        count = None if in_flight is None else int(in_flight)
-        if known is None:
-            self.applies[(pid, version)] = Apply(t, version, count)
-            return
-        if count is not None and (known.in_flight is None or t < known.t):
-            known.in_flight = count
-        known.t = min(known.t, t)
+        self._point(e["replica"], float(e.get("at") or t), e["version"], "ack")
 
     def _point_pid(self, pid: int, t: float, version: int, source: str) -> None:
         if version >= 0:
@@ -289,9 +260,6 @@ class Timeline:
             if applied_at is not None and life.alive_at(float(applied_at)):
                 self.points[life.pid].append(
                     Point(float(applied_at), int(version or 0), "record-applied", True))
-                at_apply = abs(float(applied_at) - heartbeat) < 0.0005  # written by the apply
-                self._apply(life.pid, float(applied_at), int(version or 0),
-                            e.get("in_flight") if at_apply else None)
 
     def _end_run(self, e: Event, t: float) -> None:
         for run in reversed(self.runs.get(str(e["item"]), [])):
@@ -300,4 +268,4 @@ class Timeline:
                 return
 
 
-__all__ = ["Apply", "Change", "Life", "Point", "Run", "Timeline", "Window"]
+__all__ = ["Change", "Life", "Point", "Run", "Timeline", "Window"]

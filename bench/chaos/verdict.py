@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from typing import Final
 
 KNOWN: Final = {
-    1: "the handler of an item taken before the pause began after it (the run count's round "
-       "trip sits between the pool's gate and the handler)",
     4: "after Redis lost its data, an older pause restored by a stale replica wins over a "
        "newer running state, and the next change reuses a version",
     6: "issue 13 section 1: wait drops a replica whose heartbeat went stale",
@@ -70,10 +68,6 @@ class CheckResult:
     @property
     def starts_after_apply(self) -> int:
         return self.rules[1].violations
-
-    @property
-    def late_handler_starts(self) -> int:
-        return self.rules[1].known
 
     @property
     def wait_lies(self) -> int:
