@@ -2,7 +2,7 @@
 
 ``_View`` holds one replica's progress towards a version (applied, quiet, when, and why not);
 it is fed by the replica's record (read in batches) and by acknowledgements on
-``fleetgate:{NAME}:acks``. ``_fast_ack`` reads an acknowledgement without building an ``Ack``
+``fleetgate:{NAME}:acks``, and gives its line of the wait's report (``result``). ``_fast_ack`` reads an acknowledgement without building an ``Ack``
 object, because at a fleet-wide change the coordinator parses one per replica.
 """
 
@@ -14,6 +14,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from coordinator.fleet.models import (
+    WHY_IN_FLIGHT,
+    WHY_RESUME_PENDING,
+    WHY_STALE_VERSION,
+    WHY_UNREACHABLE,
+    ReplicaResult,
+)
 from replica.contract import (
     CONTROL_CONNECTED,
     MAX_MESSAGE_BYTES,
@@ -108,6 +115,36 @@ class _View:
         if self.score is not None:
             heard.append(datetime.fromtimestamp(self.score / 1000.0, UTC))
         return max(heard, default=None)
+
+    def result(self, reached: bool, times: _Times, version: int, pause: bool) -> ReplicaResult:
+        """Its line of the wait's report for ``version`` (``pause``: the change was a pause):
+        when it applied the change (and turned quiet), or why it did not get there."""
+        why: str | None = None
+        if not reached:
+            behind = self.applied_version < version
+            if not self.alive or (behind and self.control != CONTROL_CONNECTED):
+                why = WHY_UNREACHABLE
+            elif behind:
+                why = WHY_STALE_VERSION
+            elif pause:
+                why = WHY_IN_FLIGHT
+            else:
+                why = WHY_RESUME_PENDING
+        applied = self.applied_version >= version
+        applied_at = times(self.applied_at) if applied else None
+        quiet_at = times(self.quiet_at) if pause and self.quiet else None
+        return ReplicaResult(
+            id=self.id,
+            reached=reached,
+            applied_version=self.applied_version,
+            acked_at=applied_at,
+            quiet_at=quiet_at,
+            applied_after_s=times.after(applied_at),
+            quiet_after_s=times.after(quiet_at),
+            in_flight=self.in_flight,
+            why=why,
+            last_heard=None if reached else self.last_heard(times),
+        )
 
     def from_record(self, values: Sequence[Any] | None, now: float) -> None:
         """The record's word, which is final: a record read after an acknowledgement arrived

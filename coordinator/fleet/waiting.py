@@ -10,8 +10,8 @@ The replicas of a fleet share one Redis user, so one could publish another's ack
 The final word on a replica that ``wait`` read the record of (a straggler: its record said it
 had not got there) is therefore its record, not an acknowledgement alone: when the
 acknowledgements would end the wait, the records of those replicas are checked in one script
-call (``CONFIRM_LUA``, which answers with the few that disagree), and one whose record
-disagrees is waited for on its record alone. That read is one round trip at the end of a wait
+call (``CONFIRM_LUA`` of ``coordinator.fleet.confirm``, which answers with the few that
+disagree), and one whose record disagrees is waited for on its record alone. That read is one round trip at the end of a wait
 that read records anyway (``wait`` subscribing for itself reads every record at its start).
 A listening ``Fleet`` whose replicas all acknowledge in time reads no record at all (the fast
 path, no round trip added): there an acknowledgement is taken as it comes.
@@ -39,25 +39,16 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from coordinator.fleet.acks import _WAIT_FIELDS, _fast_ack, _Times, _View
-from coordinator.fleet.calls import again
 from coordinator.fleet.changes import LastChange
+from coordinator.fleet.confirm import CONFIRM_LUA, disagreements
 from coordinator.fleet.listener import AckListener, next_message, subscribe_acks
 from coordinator.fleet.models import (
     GONE,
-    WHY_IN_FLIGHT,
-    WHY_RESUME_PENDING,
-    WHY_STALE_VERSION,
-    WHY_UNREACHABLE,
     Excused,
-    ReplicaResult,
     WaitReport,
 )
-from coordinator.fleet.reads import BATCH, Reads, Snapshot
+from coordinator.fleet.reads import Reads, Snapshot
 from replica.contract import (
-    CONTROL_CONNECTED,
-    R_APPLIED_VERSION,
-    R_FLEET_HELD,
-    R_QUIET,
     RECORD_TTL_HEARTBEATS,
     STALE_HEARTBEATS,
     FleetState,
@@ -74,36 +65,6 @@ LIVE_AT_CHANGE_S: Final = STALE_HEARTBEATS * LIVE_HEARTBEAT_S
 """A replica heard within this long before the change counts as live at the change even when
 2.5 of its own heartbeat intervals are shorter: a fleet with short heartbeats does not lose a
 replica frozen for a few seconds (a GC pause, a throttled container) from its waits."""
-
-CONFIRM_LUA: Final = """
--- fleetgate: confirm from the replica records what acknowledgements said (KEYS: the record
--- keys, one slot). ARGV[1] the version; ARGV[2] '1' for a pause, '0' for a resume; ARGV[3..5]
--- the fields applied_version, fleet_held, quiet; ARGV[6..] the fields wait reads. A record
--- confirms when it applied the version and, for a pause, is held by the fleet and quiet (for
--- a resume: not held by the fleet). Answers, for each record that does not, its index (from
--- 1) and the fields wait reads ({} when the key is not a hash): nothing when all confirm.
-local version = tonumber(ARGV[1])
-local pause = ARGV[2] == '1'
-local out = {}
-for i, key in ipairs(KEYS) do
-  local r = redis.pcall('HMGET', key, ARGV[3], ARGV[4], ARGV[5])
-  local ok = false
-  if type(r) == 'table' and not r.err then
-    local applied = r[1] and tonumber(r[1])
-    if applied and applied >= version then
-      if pause then ok = r[2] == '1' and r[3] == '1' else ok = r[2] ~= '1' end
-    end
-  end
-  if not ok then
-    local fields = redis.pcall('HMGET', key, unpack(ARGV, 6))
-    if type(fields) ~= 'table' or fields.err then fields = {} end
-    out[#out + 1] = i
-    out[#out + 1] = fields
-  end
-end
-return out
-"""
-
 
 class Waiter:
     """The waits of one fleet (``Fleet.wait`` delegates to it)."""
@@ -335,17 +296,8 @@ class _Run:
         batch that answers only with those that disagree."""
         log.debug("fleet %s: checking the records of %d replicas against their acks",
                   self.w.keys.fleet, len(ids))
-        args = [str(self.version), "1" if self.pause else "0",
-                R_APPLIED_VERSION, R_FLEET_HELD, R_QUIET, *_WAIT_FIELDS]
-        reads = self.w.reads
-        for i in range(0, len(ids), BATCH):
-            batch = ids[i:i + BATCH]
-            record_keys = [reads.record_key(r) for r in batch]
-            result: Any = await again(
-                lambda: self.w.confirm_script(keys=record_keys, args=args)  # noqa: B023
-            )
-            disagree = {batch[int(result[j]) - 1]: result[j + 1]
-                        for j in range(0, len(result), 2)}
+        batches = disagreements(self.w.confirm_script, self.w.reads, ids, self.version, self.pause)
+        async for batch, disagree in batches:
             now = time.time()
             for r in batch:
                 view = self.views[r]
@@ -387,7 +339,7 @@ class _Run:
         state = self.state
         changed = state.changed_at or state.since if state is not None else None
         times = _Times(changed)
-        results = [self._result(self.views[r], r not in self.pending, times)
+        results = [self.views[r].result(r not in self.pending, times, self.version, self.pause)
                    for r in sorted(self.required)]
         report = WaitReport(
             version=self.version,
@@ -402,32 +354,3 @@ class _Run:
                         self.w.keys.fleet, len(self.pending), len(results), self.version,
                         timeout, ", ".join(f"{r.id} ({r.why})" for r in report.stragglers[:10]))
         return report
-
-    def _result(self, view: _View, reached: bool, times: _Times) -> ReplicaResult:
-        version, pause = self.version, self.pause
-        why: str | None = None
-        if not reached:
-            behind = view.applied_version < version
-            if not view.alive or (behind and view.control != CONTROL_CONNECTED):
-                why = WHY_UNREACHABLE
-            elif behind:
-                why = WHY_STALE_VERSION
-            elif pause:
-                why = WHY_IN_FLIGHT
-            else:
-                why = WHY_RESUME_PENDING
-        applied = view.applied_version >= version
-        applied_at = times(view.applied_at) if applied else None
-        quiet_at = times(view.quiet_at) if pause and view.quiet else None
-        return ReplicaResult(
-            id=view.id,
-            reached=reached,
-            applied_version=view.applied_version,
-            acked_at=applied_at,
-            quiet_at=quiet_at,
-            applied_after_s=times.after(applied_at),
-            quiet_after_s=times.after(quiet_at),
-            in_flight=view.in_flight,
-            why=why,
-            last_heard=None if reached else view.last_heard(times),
-        )
