@@ -3,6 +3,7 @@ that logs a structured warning while a pause outlives its window (and restores a
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
@@ -336,3 +337,25 @@ def test_fleetgate_serve_logs_overdue_pauses_as_json_lines(
 
 async def _true(condition: bool) -> bool:
     return condition
+
+
+async def _slow_to_cancel() -> None:
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        await asyncio.sleep(0.3)  # a cleanup that takes a while
+        raise
+
+
+async def test_a_cancelled_stop_of_the_watcher_is_cancelled_itself(fleet: Fleet) -> None:
+    """Always re-raise CancelledError: stop() waits for the watcher's task, and a cancellation of
+    the caller in the meantime is the caller's, not swallowed as the task's."""
+    watcher = OverdueWatcher(fleet, watcher_settings())
+    inner = watcher._task = asyncio.create_task(_slow_to_cancel())
+    await asyncio.sleep(0)
+    stopping = asyncio.create_task(watcher.stop())
+    await asyncio.sleep(0.05)
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    await asyncio.wait([inner])

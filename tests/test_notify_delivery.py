@@ -243,3 +243,24 @@ async def test_an_https_receiver_gets_the_same_signed_body_over_verified_tls(
     (request,) = hook.requests
     assert request.json()["reason"] == "over tls"
     assert verify(SECRET, request.body, request.headers["x-fleetgate-signature"])
+
+
+async def _slow_to_cancel() -> None:
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        await asyncio.sleep(0.3)  # a cleanup that takes a while
+        raise
+
+
+async def test_a_cancelled_stop_of_a_receiver_is_cancelled_itself() -> None:
+    """Always re-raise CancelledError: a cancellation of the caller of stop() goes through."""
+    receiver = webhook.Receiver("http://127.0.0.1:9/hook", quick(), webhook.NotifyStats())
+    inner = receiver._task = asyncio.create_task(_slow_to_cancel())
+    await asyncio.sleep(0)
+    stopping = asyncio.create_task(receiver.stop())
+    await asyncio.sleep(0.05)
+    stopping.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    await asyncio.wait([inner])

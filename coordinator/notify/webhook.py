@@ -29,6 +29,7 @@ from typing import Final
 from urllib.parse import unquote, urlsplit
 
 from coordinator.notify.settings import NotifySettings, receiver_label
+from replica.control.redisio import cancel_bounded
 
 log = logging.getLogger(__name__)
 
@@ -178,9 +179,7 @@ class Receiver:
         """Stop delivering; what was not delivered stays unacknowledged in Redis."""
         task, self._task = self._task, None
         if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_bounded(task)  # a cancellation of stop() itself goes through
 
     def put(self, delivery: Delivery) -> None:
         self._queue.put_nowait(delivery)

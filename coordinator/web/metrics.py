@@ -31,7 +31,6 @@ for the notifier to announce.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from datetime import datetime
@@ -47,6 +46,7 @@ from coordinator.notify.consumer import Notifier
 from coordinator.render import REPLICA_STATES, is_overdue, pause_age_s, summary
 from coordinator.settings import CoordinatorSettings
 from replica.contract import FleetState, format_time, now_utc
+from replica.control.redisio import cancel_bounded
 
 log = logging.getLogger(__name__)
 
@@ -170,9 +170,7 @@ class OverdueWatcher:
         """Idempotent."""
         task, self._task = self._task, None
         if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_bounded(task)  # a cancellation of stop() itself goes through
 
     async def _loop(self) -> None:
         while True:
