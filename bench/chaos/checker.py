@@ -31,10 +31,8 @@
 7. **exits**: no process exited non-zero unless the schedule killed it; the CLI exits with a
    documented status (0, 1, 3, 5), never a traceback.
 
-Counterexamples of known product defects (``KNOWN``) are counted and reported apart and do not
-fail the run unless ``strict``: rule 6 until issue 13 section 1 lands (``wait`` drops a replica
-whose heartbeat went stale; remove it from ``KNOWN`` with that fix) and rule 4's restored
-pauses above.
+Counterexamples of known product defects (``KNOWN``: rule 4's restored pauses above) are
+counted and reported apart and do not fail the run unless ``strict``.
 """
 
 from __future__ import annotations
@@ -365,12 +363,8 @@ class Checker:
                 r.checked += 1
                 why = self._not_reached(life, change, pause, t_lo, t_hi)
                 if why is not None:
-                    message = (f"wait for v{version} ({op.get('via')}) said ok at "
-                               f"{self.at(t_hi)} but {life.replica} (pid {life.pid}) {why}")
-                    if 6 in KNOWN:
-                        self.known(r, message)
-                    else:
-                        r.fail(message)
+                    r.fail(f"wait for v{version} ({op.get('via')}) said ok at "
+                           f"{self.at(t_hi)} but {life.replica} (pid {life.pid}) {why}")
 
     def _not_reached(self, life: Life, change: Change, pause: bool, t_lo: float,
                      t_hi: float) -> str | None:

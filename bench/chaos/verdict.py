@@ -10,7 +10,6 @@ from typing import Final
 KNOWN: Final = {
     4: "after Redis lost its data, an older pause restored by a stale replica wins over a "
        "newer running state, and the next change reuses a version",
-    6: "issue 13 section 1: wait drops a replica whose heartbeat went stale",
 }
 RULES: Final = {1: "no start under a pause", 2: "changes applied in time",
                 3: "items done or dead-lettered", 4: "versions never go back",
