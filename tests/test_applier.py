@@ -219,7 +219,8 @@ async def test_a_hash_that_went_back_in_time_is_put_back_and_a_pause_still_wins(
         await until(lambda: _version_is(fleet, paused.version), timeout=10)
         assert (await fleet.state()).paused
         assert all(p.holds == {"fleet": "newest"} for p in replicas.pools)
-        # and when the older hash is a pause while the replicas run, the pause applies
+        # and when the older hash is a pause while the replicas run, the pause applies, its
+        # version raised above the running one (a version never goes back)
         resumed = await fleet.resume(by="ops")
         assert (await fleet.wait(resumed.version, timeout=10)).ok
         older_pause = state_at(fleet_name, resumed.version - 1, True, "older pause")
@@ -228,7 +229,7 @@ async def test_a_hash_that_went_back_in_time_is_put_back_and_a_pause_still_wins(
         await asyncio.wait_for(
             asyncio.gather(*(p.wait_for(True) for p in replicas.pools)), 10
         )
-        assert all(c.applied_version == resumed.version - 1 for c in replicas.controllers)
+        assert all(c.applied_version == resumed.version + 1 for c in replicas.controllers)
 
 async def _version_is(fleet: Fleet, version: int) -> bool:
     return (await fleet.state()).version == version
@@ -289,6 +290,17 @@ def test_a_poll_that_finds_the_hash_gone_or_older_asks_for_a_restore() -> None:
     applier.on_poll(dict(older.to_hash()), applier.apply_seq)
     assert outbox.restore_due and pool.holds == {"fleet": "kept"}
     assert applier.stale_ignored == 1
+
+
+def test_an_older_pause_found_while_running_asks_for_a_restore_and_applies_only_if_refused(
+) -> None:
+    pool, outbox, applier = _applier("orders")
+    applier.consider(state_at("orders", 7, False), "push")
+    older = state_at("orders", 5, True, "older")
+    applier.on_poll(dict(older.to_hash()), applier.apply_seq)
+    assert outbox.restore_due and applier.applied_version == 7 and pool.holds == {}
+    applier.on_restore_refused()  # the replica ACL: safety first, the older pause applies
+    assert applier.applied_version == 5 and pool.holds == {"fleet": "older"}
 
 
 def test_a_staggered_resume_waits_for_the_peer_list_then_takes_its_offset() -> None:

@@ -26,6 +26,7 @@ from replica.contract import (
     validate_fleet,
     validate_replica_id,
 )
+from replica.contract.scripts import RESTORE_RAISED
 from replica.errors import ContractError, InvalidMessage
 
 T0 = datetime(2026, 11, 30, 8, 0, 0, 123000, tzinfo=UTC)
@@ -269,9 +270,30 @@ async def test_restore_script_creates_if_absent_and_the_newest_version_wins(
     assert await script(keys=ks, args=restore_args(v5, "pod-1")) == 1
     assert await script(keys=ks, args=restore_args(v4, "pod-2")) == 0
     assert FleetState.from_hash(fleet_name, await redis.hgetall(keys.state)) == v5
-    running_v6 = FleetState(fleet_name, False, "", "bob", T0, 6)
-    assert await script(keys=ks, args=restore_args(running_v6, "pod-3")) == 0  # never unpauses
     paused_v7 = paused_state(fleet_name, 7)
     assert await script(keys=ks, args=restore_args(paused_v7, "pod-3")) == 1
+    assert FleetState.from_hash(fleet_name, await redis.hgetall(keys.state)) == paused_v7
     entries = await redis.xrange(keys.audit)
     assert [e[1]["action"] for e in entries] == ["restore", "restore"]
+
+
+async def test_restore_script_keeps_an_older_pause_and_raises_it_above_a_newer_running_state(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    keys = Keys(fleet_name)
+    script = redis.register_script(RESTORE_STATE_LUA)
+    ks = [keys.state, keys.audit, keys.control]
+    v5 = paused_state(fleet_name, 5)
+    await redis.hset(keys.state, mapping=dict(v5.to_hash()))
+    running_v7 = FleetState(fleet_name, False, "", "bob", T0, 7)
+    later = T0 + timedelta(minutes=1)
+    answer = await script(keys=ks, args=restore_args(running_v7, "pod-2", now=later))
+    assert answer == RESTORE_RAISED  # never unpauses, never goes back
+    kept = FleetState.from_hash(fleet_name, await redis.hgetall(keys.state))
+    assert kept.paused and kept.reason == v5.reason and kept.since == v5.since
+    assert (kept.version, kept.changed_at) == (8, later)
+    (_, entry), = await redis.xrange(keys.audit)
+    assert (entry["action"], entry["version"], entry["by"]) == ("restore", "8", "pod-2")
+    assert "kept" in entry["reason"] and "above v7" in entry["reason"]
+    # the raised pause is newer than the running state now: a second restore of it is refused
+    assert await script(keys=ks, args=restore_args(running_v7, "pod-3")) == 0

@@ -1,21 +1,34 @@
 -- fleetgate: put back a fleet state that Redis forgot (restart without persistence, a
 -- failover that lost the last write), from what a replica applied. Create-if-absent; when a
 -- hash is there, the newest version wins, except that a restore never replaces a pause with a
--- running state (when in doubt, the fleet stays paused).
+-- running state (when in doubt, the fleet stays paused). A version never goes back either: an
+-- older pause met by a newer running state stays, its version raised above the incoming one
+-- (so no replica applies a version below one it had, and the next change takes a new number).
+-- The raised pause is not published: the replicas' next poll (within poll_interval) reads it.
 --
 -- KEYS[1] fleetgate:{NAME}:state   KEYS[2] fleetgate:{NAME}:audit   KEYS[3] fleetgate:{NAME}:control
 -- ARGV[1] version   ARGV[2] paused ("1" or "0")   ARGV[3] now (ISO 8601 UTC, ms)
 -- ARGV[4] who restores (replica id or coordinator)   ARGV[5] audit stream cap
 -- ARGV[6] the state as a control message (JSON)     ARGV[7..] field, value, ... of the hash
 --
--- Returns 1 when it wrote the hash, 0 when the hash already holds a state that wins.
+-- Returns 1 when it wrote the hash, 0 when the hash already holds a state that wins, 2 when
+-- it kept an older pause and raised its version to ARGV[1] + 1.
 local mine = tonumber(ARGV[1])
 local cur = redis.call('HMGET', KEYS[1], 'version', 'paused')
 if cur[1] or cur[2] then
   local theirs = tonumber(cur[1] or '0') or 0
   if theirs >= mine then return 0 end
   local truthy = {['1'] = true, ['true'] = true, ['yes'] = true, ['on'] = true}
-  if truthy[string.lower(cur[2] or '0')] and ARGV[2] ~= '1' then return 0 end
+  if truthy[string.lower(cur[2] or '0')] and ARGV[2] ~= '1' then
+    local raised = tostring(mine + 1)
+    redis.call('HSET', KEYS[1], 'version', raised, 'changed_at', ARGV[3])
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*',
+      'action', 'restore',
+      'reason', 'an older pause (v' .. theirs .. ') was kept and its version raised above v'
+        .. ARGV[1] .. ', the running state a replica had applied',
+      'by', ARGV[4], 'version', raised, 'at', ARGV[3])
+    return 2
+  end
   redis.call('DEL', KEYS[1])
 end
 local fields = {}

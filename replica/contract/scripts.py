@@ -19,7 +19,10 @@ SET_STATE_LUA: Final = _script("set_state.lua")
 """Pause or resume atomically: bump the version, write the hash, audit, publish."""
 RESTORE_STATE_LUA: Final = _script("restore_state.lua")
 """Create the state hash from a replica's applied state if absent (the newest version wins;
-a pause is never replaced by a running state)."""
+a pause is never replaced by a running state, and an older pause met by a newer running state is
+kept with its version raised above it: returns 1 written, 0 refused, ``RESTORE_RAISED``)."""
+RESTORE_RAISED: Final = 2
+"""RESTORE_STATE_LUA's answer when it kept an older pause and raised its version."""
 
 
 def restore_args(state: FleetState, who: str, now: datetime | None = None) -> list[str]:

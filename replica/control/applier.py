@@ -11,7 +11,10 @@ they matter:
   poll result with the applied version but other content (the hash edited by hand) applies.
 * A state hash that is missing, or older than what was applied although nothing was applied
   since the poll was sent (Redis lost writes), is restored from the applied state (by the sync
-  loop); a pause is never replaced by a running state, so an older pause still applies.
+  loop). A pause is never replaced by a running state and a version never goes back: an older
+  pause found while running is not applied, the restore keeps it with its version raised above
+  the applied one, and the next poll applies that. A replica that may not run the restore (the
+  replica ACL) applies the older pause itself (safety first).
 * ``auto_resume_at`` is honoured on the replica's own clock; a staggered resume waits an
   offset derived from the replica id, spread evenly over the window once the peer list is read.
 * Invalid control messages are ignored, logged once per kind and counted.
@@ -100,6 +103,10 @@ class StateApplier:
         self._quiet_at: datetime | None = None
         self._pause_applied_mono: float | None = None
         self._overdue_logged = False
+        self.restore_refused = False
+        """The restore script was refused (the replica ACL): an older pause then applies."""
+        self._older_pause: tuple[FleetState, int] | None = None
+        self._fallback_logged = False
 
         # counters
         self.invalid: dict[str, int] = {}
@@ -195,16 +202,37 @@ class StateApplier:
                               self._fleet, state.version, source, cur.version)
                     return
                 # The hash went back in time although nothing was applied since the poll was
-                # sent: Redis lost writes. A pause still wins; otherwise put ours back.
-                if state.effectively_paused() and not cur.effectively_paused():
-                    log.warning("fleet %s: the state hash went back to v%d (applied v%d) and "
-                                "is paused: applying the pause", self._fleet, state.version,
-                                cur.version)
-                else:
+                # sent: Redis lost writes. Put ours back; an older pause is kept by the restore
+                # with its version raised above ours (the next poll applies it), or, when this
+                # replica may not restore, applied as it is (a pause still wins).
+                older_pause = state.effectively_paused() and not cur.effectively_paused()
+                if not older_pause or not self.restore_refused:
                     self.stale_ignored += 1
+                    self._older_pause = (state, self.apply_seq) if older_pause else None
                     self.request_restore(f"the state hash went back to v{state.version}")
                     return
+                self._apply_older_pause(state, cur)
+                return
         self._apply(state, source)
+
+    def on_restore_refused(self) -> None:
+        """The sync loop's restore was refused (the replica ACL): from now on an older pause
+        applies as it is, and one held back since the poll that found it applies now."""
+        self.restore_refused = True
+        held = self._older_pause
+        self._older_pause = None
+        cur = self.applied
+        if held is not None and held[1] == self.apply_seq and cur is not None:
+            self._apply_older_pause(held[0], cur)
+
+    def _apply_older_pause(self, state: FleetState, cur: FleetState) -> None:
+        if not self._fallback_logged:
+            self._fallback_logged = True
+            log.warning("fleet %s replica %s: the state hash went back to v%d (applied v%d) "
+                        "and is paused, and this replica may not restore it: applying the "
+                        "older pause (further ones are not logged)", self._fleet,
+                        self._replica_id, state.version, cur.version)
+        self._apply(state, "poll")
 
     def request_restore(self, why: str) -> None:
         if not self._outbox.restore_due:
@@ -223,6 +251,7 @@ class StateApplier:
 
     def _apply_state(self, state: FleetState, source: str) -> None:
         prev = self.applied
+        self._older_pause = None
         now, now_text = clock()
         self.applied = state
         self._record.set_applied(state.version, _state_json(state), now_text)

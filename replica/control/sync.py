@@ -14,9 +14,10 @@ Losing Redis is fail-static: the applied state stays, ``connected`` turns false 
 once the state has not been read for ``control_loss_after``, and each read here releases it.
 When the
 state applier asks for it (the hash went missing or back in time), the loop restores the state
-hash from the applied state (create-if-absent, the newest version winning); without permission
-to write (the replica ACL), the failure is logged once and counted, and the replica stays as it
-is.
+hash from the applied state (create-if-absent, the newest version winning; an older pause kept
+with its version raised, then read at once); without permission to write (the replica ACL), the
+failure is logged once and counted, and the replica stays as it is, but for an older pause,
+which it then applies.
 
 Every Redis await goes through ``uncancelled`` (``replica.control.redisio``), so a
 cancellation is never lost inside a call and ``stop()`` ends promptly.
@@ -42,6 +43,7 @@ from replica.contract import (
     restore_args,
     text,
 )
+from replica.contract.scripts import RESTORE_RAISED
 from replica.control.applier import StateApplier
 from replica.control.channel import ControlChannel
 from replica.control.loss import ControlLoss
@@ -340,9 +342,17 @@ class SyncLoop:
                             "at v%d; the coordinator restores it", self._fleet,
                             self._replica_id, str(exc)[:120], state.version)
             outbox.restore_due = False
+            self._applier.on_restore_refused()
             return
         outbox.restore_due = False
-        if int(written):
+        if int(written) == RESTORE_RAISED:
+            self.restores += 1
+            self._poll_now = True  # read the raised pause now, not a poll_interval later
+            outbox.wake.set()
+            log.warning("fleet %s replica %s: the state hash held an older pause: kept, its "
+                        "version raised above v%d (%d restores)", self._fleet,
+                        self._replica_id, state.version, self.restores)
+        elif int(written):
             self.restores += 1
             log.warning("fleet %s replica %s: restored the state hash at v%d (%s) "
                         "(%d restores)", self._fleet, self._replica_id, state.version,
