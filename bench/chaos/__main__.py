@@ -89,8 +89,8 @@ def parser() -> argparse.ArgumentParser:
                    help="where the history and logs go (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--strict", action="store_true",
-                   help="fail on the counterexamples of known product defects too (rule 4: "
-                        "a restored older pause winning after Redis lost its data)")
+                   help="fail on the counterexamples of known product defects too "
+                        "(bench/chaos/verdict.py KNOWN; none at present)")
     p.add_argument("--check", type=Path, default=None, metavar="HISTORY",
                    help="only check a kept history (a directory of .jsonl files)")
     return p

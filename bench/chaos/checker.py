@@ -17,10 +17,9 @@
    renewal (on a replica that ran it, while it existed) or a lost acknowledgement (the link of
    the replica that completed it was cut, or Redis restarted, between its run and the other),
    and counted by cause.
-4. **versions**: the versions a replica applies never go back within one process life.
-   Known (``KNOWN``): after Redis lost its data, a replica applies an older pause another
-   replica put back (audit ``restore``) over its newer running state, as the product's
-   restore rule says (a pause is never replaced by a running state).
+4. **versions**: the versions a replica applies never go back within one process life (after
+   Redis lost its data too: an older pause put back over a newer running state is raised
+   above it by the restore, never applied at its older version).
 5. **settled**: once every fault healed, every replica's state equals the last operator action
    (its version; held exactly when it is a pause still in force), or the restored state where
    the audit trail says ``restore`` after it.
@@ -31,8 +30,8 @@
 7. **exits**: no process exited non-zero unless the schedule killed it; the CLI exits with a
    documented status (0, 1, 3, 5), never a traceback.
 
-Counterexamples of known product defects (``KNOWN``: rule 4's restored pauses above) are
-counted and reported apart and do not fail the run unless ``strict``.
+Counterexamples of known product defects (``KNOWN``, none at present) are counted and
+reported apart and do not fail the run unless ``strict``.
 """
 
 from __future__ import annotations
@@ -251,38 +250,12 @@ class Checker:
                 r.checked += 1
                 if highest is not None and p.version < highest[1] and \
                         p.t > highest[0] + TIME_TOLERANCE_S:
-                    message = (f"{life.replica} (pid {life.pid}) had v{highest[1]} at "
-                               f"{self.at(highest[0])} ({highest[2]}) and v{p.version} at "
-                               f"{self.at(p.t)} ({p.source})")
-                    if not self._pause_won(highest[1], p.version, p.t):
-                        r.fail(message)
-                        break
-                    self.known(r, f"{message}: the restored pause won over a newer running "
-                                  "state after Redis lost its data")
-                    highest = (p.t, p.version, p.source)
-                    continue
+                    r.fail(f"{life.replica} (pid {life.pid}) had v{highest[1]} at "
+                           f"{self.at(highest[0])} ({highest[2]}) and v{p.version} at "
+                           f"{self.at(p.t)} ({p.source})")
+                    break
                 if highest is None or p.version > highest[1]:
                     highest = (p.t, p.version, p.source)
-
-    def _pause_won(self, newer: int, older: int, t: float) -> bool:
-        """The product's rule after Redis lost writes: a replica applies an older pause, put
-        back by another replica (audit ``restore``), over a newer state that is not a pause
-        in force. True when the history shows exactly that."""
-        tl = self.tl
-        for w in tl.windows:
-            if w.kind != "redis-restart" or w.params.get("mode") != "empty" or w.start > t:
-                continue
-            restored = any(a.get("action") == "restore" and a.get("version") == older
-                           and a.get("at") is not None
-                           and w.start <= float(a["at"]) <= t + TIME_TOLERANCE_S
-                           for a in tl.audits)
-            before = [c for c in tl.changes.values() if c.changed_at < w.start]
-            older_paused = any(c.version == older and c.paused for c in before)
-            newer_running = any(c.version == newer and (not c.paused or (
-                c.auto_resume_at is not None and c.auto_resume_at <= t)) for c in before)
-            if restored and older_paused and newer_running:
-                return True
-        return False
 
     # ------------------------------------------------------------------ 5
 
