@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from datetime import timedelta
 from typing import Any
@@ -312,6 +313,29 @@ async def test_restore_if_missing_rebuilds_the_state_from_the_newest_replica_rec
         assert [e.action for e in await fleet.history(limit=3)] == ["resume", "restore",
                                                                     "restore"]
         assert len(replicas) == 2
+
+
+async def test_the_coordinators_restore_keeps_an_older_pause_and_raises_it_above_the_replicas(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under the ACL only the coordinator restores: Redis came back with an older pause while
+    the replicas applied a newer running state. The pause stays, at a version above theirs."""
+    fleet = Fleet(redis, fleet_name)
+    keys = Keys(fleet_name)
+    async with Replicas(redis_url, fleet_name, 2, poll_interval=60.0):
+        paused = await fleet.pause("older pause", by="t")
+        assert (await fleet.wait(paused.version, timeout=10)).ok
+        resumed = await fleet.resume(by="t")
+        assert (await fleet.wait(resumed.version, timeout=10)).ok
+        await redis.delete(keys.state)
+        await redis.hset(keys.state, mapping=paused.to_hash())  # the lost write's survivor
+        caplog.set_level(logging.WARNING, logger="coordinator.fleet.changes")
+        assert await fleet.restore_if_missing()
+        state = await fleet.state()
+        assert state.paused and state.reason == "older pause"
+        assert state.version == resumed.version + 1
+        assert "kept the older pause" in caplog.text
+        assert (await fleet.history(limit=1))[0].action == "restore"
 
 
 async def test_the_state_change_prunes_replica_ids_silent_for_an_hour(

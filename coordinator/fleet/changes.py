@@ -37,6 +37,7 @@ from replica.contract import (
     text,
     timedelta_s,
 )
+from replica.contract.scripts import RESTORE_RAISED
 from replica.errors import ContractError, InvalidMessage
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,11 @@ class Changes:
             [keys.state, keys.audit, keys.control], restore_args(newest, "coordinator"),
             f"restore of fleet {self._name}",
         )
+        if int(written) == RESTORE_RAISED:
+            log.warning("fleet %s: kept the older pause in the state hash, its version raised "
+                        "to v%d above the replicas' v%d (running)", self._name,
+                        newest.version + 1, newest.version)
+            return True
         if int(written):
             log.warning("fleet %s: restored the state hash at v%d (%s) from the replica records",
                         self._name, newest.version, "paused" if newest.paused else "running")
