@@ -34,8 +34,8 @@ test: $(TSTAMP)
 	bash scripts/ensure-tools.sh
 	$(VENV)/bin/ruff check replica coordinator tests bench
 	$(VENV)/bin/mypy
-	$(PY) -m pytest
 	$(MAKE) chaos-ci
+	$(PY) -m pytest
 
 bench: $(STAMP)
 	$(PY) -m bench
