@@ -237,7 +237,7 @@ async def _commands(admin: aioredis.Redis) -> int:
 async def _bench(url: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     admin = aioredis.Redis.from_url(url, decode_responses=True)
-    await admin.execute_command(
+    await admin.execute_command(  # type: ignore[no-untyped-call]
         "ACL", "SETUSER", "nosub", "on", ">bench", "~*", "resetchannels",
         "&fleetgate:*:acks", "+@all",
     )
