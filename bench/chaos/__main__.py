@@ -90,7 +90,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--strict", action="store_true",
                    help="fail on the counterexamples of known product defects too "
-                        "(bench/chaos/verdict.py KNOWN; none at present)")
+                        "(bench/chaos/verdict.py KNOWN: a replica an empty Redis forgot, "
+                        "not waited for)")
     p.add_argument("--check", type=Path, default=None, metavar="HISTORY",
                    help="only check a kept history (a directory of .jsonl files)")
     return p
