@@ -26,6 +26,7 @@ import secrets
 import shutil
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -63,6 +64,11 @@ class RunOutcome:
     phase: str
 
 
+CLEANUP_PART_S: Final = 5.0
+"""The longest the clean-up waits for one part of the run (operator, producer, observer,
+proxy) to stop, before it goes on to the next and to the server."""
+
+
 class ChaosRun:
     """One run (``settings``); ``run()`` does it all and always cleans up."""
 
@@ -87,6 +93,9 @@ class ChaosRun:
         self.producer: Producer | None = None
         self.operator: Operator | None = None
         self.injector: Injector | None = None
+        self.cleaning = False
+        """Set once the run has begun stopping everything it started (``_cleanup``): a stop
+        request no longer needs to cancel it."""
 
     # ------------------------------------------------------------------ the run
 
@@ -235,19 +244,22 @@ class ChaosRun:
             await client.aclose()
 
     async def _cleanup(self) -> None:
-        """Every process and server of the run, stopped and reaped, whatever happened."""
+        """Every process and server of the run, stopped and reaped, whatever happened. Each
+        part's stop is bounded (``CLEANUP_PART_S``), so a Redis call that hangs cannot keep the
+        run, or its server, alive."""
+        self.cleaning = True
         if self.replicas is not None:
             self.replicas.kill_everything()
-        for part in (self.operator, self.producer):
-            if part is not None:
-                with contextlib.suppress(Exception):
-                    await part.aclose()
+        parts: list[Callable[[], Awaitable[object]]] = [
+            p.aclose for p in (self.operator, self.producer) if p is not None]
         if self.observer is not None:
-            with contextlib.suppress(Exception):
-                await self.observer.stop()
+            parts.append(self.observer.stop)
         if self.proxy is not None:
-            with contextlib.suppress(Exception):
-                await self.proxy.stop()
+            parts.append(self.proxy.stop)
+        for stop in parts:
+            with contextlib.suppress(Exception):  # TimeoutError included
+                async with asyncio.timeout(CLEANUP_PART_S):
+                    await stop()
         if self.server is not None:
             pid = self.server.pid
             status = self.server.stop()
