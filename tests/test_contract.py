@@ -26,6 +26,7 @@ from replica.contract import (
     validate_fleet,
     validate_replica_id,
 )
+from replica.contract.names import S_RESTORED_AT
 from replica.contract.scripts import RESTORE_RAISED
 from replica.errors import ContractError, InvalidMessage
 
@@ -297,3 +298,45 @@ async def test_restore_script_keeps_an_older_pause_and_raises_it_above_a_newer_r
     assert "kept" in entry["reason"] and "above v7" in entry["reason"]
     # the raised pause is newer than the running state now: a second restore of it is refused
     assert await script(keys=ks, args=restore_args(running_v7, "pod-3")) == 0
+
+
+async def test_restore_script_stamps_restored_at_whenever_it_writes_the_hash(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    keys = Keys(fleet_name)
+    script = redis.register_script(RESTORE_STATE_LUA)
+    ks = [keys.state, keys.audit, keys.control]
+    at = T0 + timedelta(minutes=2)
+    assert await script(keys=ks, args=restore_args(paused_state(fleet_name, 5), "pod-1",
+                                                   now=at)) == 1
+    assert await redis.hget(keys.state, S_RESTORED_AT) == format_time(at)
+    # refused (a newer state is there): no new stamp
+    assert await script(keys=ks, args=restore_args(paused_state(fleet_name, 4), "pod-2",
+                                                   now=at + timedelta(minutes=1))) == 0
+    assert await redis.hget(keys.state, S_RESTORED_AT) == format_time(at)
+    # an older pause kept and raised over a newer running state: stamped too
+    running = FleetState(fleet_name, False, "", "bob", T0, 7)
+    raised_at = at + timedelta(minutes=3)
+    assert await script(keys=ks, args=restore_args(running, "pod-3", now=raised_at)) == \
+        RESTORE_RAISED
+    assert await redis.hget(keys.state, S_RESTORED_AT) == format_time(raised_at)
+
+
+async def test_set_state_script_keeps_restored_at_and_returns_it_with_the_state(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    keys = Keys(fleet_name)
+    at = format_time(T0 - timedelta(minutes=1))
+    await redis.hset(keys.state, mapping={**paused_state(fleet_name, 5).to_hash(),
+                                          S_RESTORED_AT: at})
+    for action in ("resume", "pause"):
+        status, fields, _members = await run_set_state(redis, keys, action, "x")
+        assert status == "ok"
+        returned = dict(zip(fields[::2], fields[1::2], strict=True))
+        assert returned[S_RESTORED_AT] == at
+        assert await redis.hget(keys.state, S_RESTORED_AT) == at
+    # a hash never restored has no stamp, and none is made up
+    await redis.delete(keys.state)
+    status, fields, _members = await run_set_state(redis, keys, "pause", "y")
+    assert S_RESTORED_AT not in fields[::2]
+    assert not await redis.hexists(keys.state, S_RESTORED_AT)

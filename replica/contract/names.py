@@ -43,6 +43,10 @@ STATE_FIELDS: Final = (
     S_PAUSED, S_REASON, S_BY, S_SINCE, S_VERSION, S_EXPECTED_UNTIL, S_AUTO_RESUME_AT,
     S_RESUME_STAGGER_S, S_CHANGED_AT,
 )
+S_RESTORED_AT: Final = "restored_at"
+"""When the hash was last put back after Redis lost it (ISO; written by the restore script,
+kept by every change). Not part of ``FleetState`` (not in STATE_FIELDS, never in a control
+message): ``wait`` reads it to tell that Redis may have forgotten replicas."""
 
 # Fields of a replica record (``fleetgate:{NAME}:replica:{ID}``).
 R_PAUSED: Final = "paused"

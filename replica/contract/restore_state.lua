@@ -11,6 +11,9 @@
 -- ARGV[4] who restores (replica id or coordinator)   ARGV[5] audit stream cap
 -- ARGV[6] the state as a control message (JSON)     ARGV[7..] field, value, ... of the hash
 --
+-- Whenever it writes the hash it stamps `restored_at` = ARGV[3]: Redis lost data then, and
+-- replicas whose records it lost may not have registered again yet (wait reads it).
+--
 -- Returns 1 when it wrote the hash, 0 when the hash already holds a state that wins, 2 when
 -- it kept an older pause and raised its version to ARGV[1] + 1.
 local mine = tonumber(ARGV[1])
@@ -21,7 +24,7 @@ if cur[1] or cur[2] then
   local truthy = {['1'] = true, ['true'] = true, ['yes'] = true, ['on'] = true}
   if truthy[string.lower(cur[2] or '0')] and ARGV[2] ~= '1' then
     local raised = tostring(mine + 1)
-    redis.call('HSET', KEYS[1], 'version', raised, 'changed_at', ARGV[3])
+    redis.call('HSET', KEYS[1], 'version', raised, 'changed_at', ARGV[3], 'restored_at', ARGV[3])
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*',
       'action', 'restore',
       'reason', 'an older pause (v' .. theirs .. ') was kept and its version raised above v'
@@ -33,6 +36,8 @@ if cur[1] or cur[2] then
 end
 local fields = {}
 for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+fields[#fields + 1] = 'restored_at'
+fields[#fields + 1] = ARGV[3]
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*',
   'action', 'restore', 'reason', 'state hash was missing or older', 'by', ARGV[4],

@@ -14,7 +14,8 @@
 -- restore from the replica records first), {"noop", {field, value, ...}, {id, score, ...}}
 -- for a resume of a running fleet, {"ok", {field, value, ...}, {id, score, ...}} after a
 -- change: the new state and the registered replicas with their heartbeats, so the caller can
--- wait for them without another round trip.
+-- wait for them without another round trip. The state's fields include `restored_at` when the
+-- hash has one (the restore script's stamp, kept by every change).
 local cur = redis.call('HGETALL', KEYS[1])
 local h = {}
 for i = 1, #cur, 2 do h[cur[i]] = cur[i + 1] end
@@ -69,6 +70,7 @@ end
 version = version + 1
 new['version'] = tostring(version)
 new['changed_at'] = now
+if h['restored_at'] then new['restored_at'] = h['restored_at'] end
 redis.call('HSET', KEYS[1], unpack(flat(new)))
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[9], '*',
   'action', action, 'reason', ARGV[2], 'by', ARGV[3], 'version', tostring(version), 'at', now)
