@@ -309,7 +309,10 @@ async def test_restore_if_missing_rebuilds_the_state_from_the_newest_replica_rec
         # a change on a forgotten hash restores first, so the version keeps growing
         resumed = await fleet.resume(by="t")
         assert resumed.version == state.version + 1 and not resumed.paused
-        assert (await fleet.wait(resumed.version, timeout=10)).ok
+        # both got there, but Redis lost its data just now: one it forgot is not vouched for
+        report = await fleet.wait(resumed.version, timeout=10)
+        assert all(r.reached for r in report.replicas) and len(report.replicas) == 2
+        assert not report.ok and report.redis_lost_at is not None
         assert [e.action for e in await fleet.history(limit=3)] == ["resume", "restore",
                                                                     "restore"]
         assert len(replicas) == 2

@@ -19,7 +19,7 @@ from typing import Final
 from redis.asyncio import Redis
 
 from coordinator.fleet.calls import ChangeScript
-from coordinator.fleet.reads import Members, Reads, parse_flat_members
+from coordinator.fleet.reads import Members, Reads, parse_flat_members, restored_at
 from replica.contract import (
     AUDIT_MAXLEN,
     MAX_STAGGER_S,
@@ -54,6 +54,8 @@ class LastChange:
     state: FleetState
     members: Members
     at: float
+    restored_at: datetime | None = None
+    """The state hash's ``restored_at`` (set_state returns it with the state)."""
 
 
 class Changes:
@@ -127,11 +129,12 @@ class Changes:
             result = await self._set_state(script_keys, args, what)
         status = text(result[0])
         fields = [text(x) for x in result[1]]
-        state = FleetState.from_hash(self._name, dict(zip(fields[::2], fields[1::2], strict=True)))
+        raw = dict(zip(fields[::2], fields[1::2], strict=True))
+        state = FleetState.from_hash(self._name, raw)
         members = parse_flat_members(result[2])
         self._reads.noted(members.unreadable)
         # what wait(state.version) would read first: kept for a moment, saves a round trip
-        self.last = LastChange(state, members, time.monotonic())
+        self.last = LastChange(state, members, time.monotonic(), restored_at(raw))
         if status == "ok":
             log.info("fleet %s: %s v%d by %s%s", self._name,
                      "paused" if state.paused else "resumed", state.version, by,

@@ -270,6 +270,10 @@ class WaitReport:
     """Every replica waited for (live at the change, or joined since), sorted by id."""
     excused: list[Excused] = field(default_factory=list)
     """The replicas live at the change that left during the wait, sorted by id."""
+    redis_lost_at: datetime | None = None
+    """When Redis lost its data (the state hash's ``restored_at``) if that was within the live
+    window before the change: replicas it forgot may not have registered again, so ``ok`` is
+    false even when every replica listed got there."""
 
     @property
     def stragglers(self) -> list[ReplicaResult]:
@@ -286,6 +290,7 @@ class WaitReport:
             # ids, as before: each one's why, last_heard and in_flight are in its replicas entry
             "stragglers": [r.id for r in self.stragglers],
             "excused": [e.to_dict() for e in self.excused],
+            "redis_lost_at": format_time(self.redis_lost_at) or None,
         }
 
 

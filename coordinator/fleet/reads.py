@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 from redis.asyncio import Redis
@@ -21,8 +22,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from coordinator.fleet.calls import again
 from coordinator.fleet.models import AuditEvent, FleetStatus, ReplicaInfo
-from replica.contract import REPLICA_ID_RE, FleetState, Keys, now_utc, text
+from replica.contract import REPLICA_ID_RE, FleetState, Keys, now_utc, parse_time, text
+from replica.contract.names import S_RESTORED_AT
 from replica.control.redisio import uncancelled
+from replica.errors import ContractError
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +62,23 @@ class Members:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """The state and the ``replicas`` set, read together."""
+    """The state and the ``replicas`` set, read together, and when the state hash was last
+    put back after Redis lost it (its ``restored_at``, not part of the state)."""
 
     state: FleetState
     members: Members
+    restored_at: datetime | None = None
+
+
+def restored_at(raw: Mapping[Any, Any]) -> datetime | None:
+    """The ``restored_at`` of a state hash (HGETALL reply, or a decoded one), or None."""
+    value = raw.get(S_RESTORED_AT)
+    if value is None:
+        value = raw.get(S_RESTORED_AT.encode())
+    try:
+        return parse_time(text(value)) if value else None
+    except ContractError:
+        return None  # not a time: no stamp (readers trust no field of Redis blindly)
 
 
 _ALL_IDS: Final = re.compile(rf"(?:{REPLICA_ID_RE.pattern}\n)*")
@@ -154,7 +170,8 @@ class Reads:
                 # restart, not pipelines: this read is safe to send again
                 if attempt:
                     raise
-        return Snapshot(FleetState.from_hash(self._name, raw_state), parse_members(raw_members))
+        return Snapshot(FleetState.from_hash(self._name, raw_state), parse_members(raw_members),
+                        restored_at(raw_state or {}))
 
     async def records(self, ids: Sequence[str], fields: Sequence[str]) -> list[list[Any] | None]:
         """The records of ``ids`` (checked ids: HMGET of ``fields``, or HGETALL when empty), in

@@ -25,6 +25,11 @@ the change (its version is in the state) and the acknowledgements channel has no
 Redis restart empties both). A replica whose heartbeat went stale during the wait (frozen, cut
 off, killed: from here they look the same, and its items may still run) is a straggler,
 ``unreachable``, with when it was last heard and its ``in_flight`` then.
+
+A replica Redis forgot (an empty restart lost its record and its member) cannot be known here
+until it registers again, so a wait does not vouch for the fleet when the state hash was put
+back (its ``restored_at``, read with the state at no extra round trip) within the live window
+before the change: the report is not ok, with ``redis_lost_at``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 from redis.asyncio import Redis
@@ -97,6 +103,9 @@ class _Run:
         self.pause = True
         self.state: FleetState | None = None
         self.changed_ts: float | None = None
+        self.restored_at: datetime | None = None
+        """The latest ``restored_at`` of the state hash this wait read: when Redis last lost
+        data (and the hash was put back)."""
         self.unsure = False
         """Redis may have lost data during this wait (the acks channel broke, or the state is
         behind the version): a replica missing from the set may not have left, so none is
@@ -115,7 +124,8 @@ class _Run:
                 own = sub = await subscribe_acks(self.w.redis, self.w.keys, deadline)
             if last is not None and last.state.version == self.version and \
                     time.monotonic() - last.at < 1.0:
-                snapshot = Snapshot(last.state, last.members)  # from pause()/resume()
+                # from pause()/resume()
+                snapshot = Snapshot(last.state, last.members, last.restored_at)
             else:
                 snapshot = await self.w.reads.snapshot()
             await self._start(snapshot, listening_before=own is None)
@@ -128,6 +138,7 @@ class _Run:
 
     async def _start(self, snapshot: Snapshot, listening_before: bool) -> None:
         state = self.state = snapshot.state
+        self._note_restore(snapshot)
         self.pause = state.paused
         changed_at = state.changed_at or state.since
         self.changed_ts = changed_at.timestamp() if changed_at is not None else None
@@ -152,6 +163,25 @@ class _Run:
                 view = self.views[r] = _View(r)
                 view.score = members[r]
             await self._refresh(ids)
+
+    def _note_restore(self, snapshot: Snapshot) -> None:
+        at = snapshot.restored_at
+        if at is not None and (self.restored_at is None or at > self.restored_at):
+            self.restored_at = at
+
+    def _redis_lost_at(self) -> datetime | None:
+        """When Redis lost its data, if that was recent enough for a replica live at the
+        change to have been forgotten and not registered again: ``restored_at`` after the
+        change less the live window (``LIVE_AT_CHANGE_S``, or 2.5 of the longest heartbeat
+        interval this wait saw). The coordinator cannot know a replica Redis forgot, so such
+        a wait does not vouch for the fleet."""
+        at = self.restored_at
+        if at is None:
+            return None
+        changed = self.changed_ts if self.changed_ts is not None else time.time()
+        longest = max((v.interval for v in self.views.values()), default=LIVE_HEARTBEAT_S)
+        window = max(LIVE_AT_CHANGE_S, STALE_HEARTBEATS * longest)
+        return at if at.timestamp() > changed - window else None
 
     def _reached(self, replica: str) -> bool:
         return self.views[replica].reached(self.version, self.pause)
@@ -234,6 +264,7 @@ class _Run:
         """The ``replicas`` set, read with the state: a state behind this wait's version means
         Redis lost data (an empty restart), after which nobody is excused."""
         snapshot = await self.w.reads.snapshot()
+        self._note_restore(snapshot)
         if snapshot.state.version < self.version and not self.unsure:
             self.unsure = True
             log.warning("fleet %s: the state is at v%d, behind v%d: Redis lost data during the "
@@ -341,16 +372,22 @@ class _Run:
         times = _Times(changed)
         results = [self.views[r].result(r not in self.pending, times, self.version, self.pause)
                    for r in sorted(self.required)]
+        lost = self._redis_lost_at()
         report = WaitReport(
             version=self.version,
-            ok=not self.pending,
+            ok=not self.pending and lost is None,
             action="pause" if self.pause else "resume",
             elapsed_s=elapsed,
             replicas=results,
             excused=[Excused(r, why) for r, why in sorted(self.excused.items())],
+            redis_lost_at=lost,
         )
         if self.pending:
             log.warning("fleet %s: %d of %d replicas did not reach v%d within %.1f s: %s",
                         self.w.keys.fleet, len(self.pending), len(results), self.version,
                         timeout, ", ".join(f"{r.id} ({r.why})" for r in report.stragglers[:10]))
+        if lost is not None:
+            log.warning("fleet %s: Redis lost its data at %s (the state hash was restored): "
+                        "replicas it forgot may not have registered again, so the wait for v%d "
+                        "is not ok", self.w.keys.fleet, lost.isoformat(), self.version)
         return report

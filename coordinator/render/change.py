@@ -82,7 +82,8 @@ def _at_after(at: datetime | None, after_s: float | None) -> str:
 
 
 def stragglers_line(report: WaitReport) -> str:
-    """The one stderr line of a ``--wait`` that timed out (and who was excused)."""
+    """The one stderr line of a ``--wait`` that is not ok: it timed out (and who was excused),
+    or Redis lost its data too recently for the report to vouch for the fleet."""
     stragglers = [r for r in report.replicas if not r.reached]
     named = ", ".join(printable(f"{r.id} ({why_not(r)})") for r in stragglers)
     goal = "quiet" if report.action == "pause" else "running"
@@ -90,9 +91,17 @@ def stragglers_line(report: WaitReport) -> str:
     if report.excused:
         excused = "; excused: " + ", ".join(
             printable(f"{e.id} ({e.reason})") for e in report.excused)
+    lost = ""
+    if report.redis_lost_at is not None:
+        lost = (f"Redis lost its data at {format_time(report.redis_lost_at)} and replicas it "
+                "forgot may not have registered again yet: check `fleetgate status` in a few "
+                "seconds")
+        if not stragglers:
+            return lost
+        lost = "; " + lost
     return (
         f"timed out after {report.elapsed_s:.1f}s: {len(stragglers)} of {len(report.replicas)} "
-        f"replicas not {goal}: {named}{excused}"
+        f"replicas not {goal}: {named}{excused}{lost}"
     )
 
 
