@@ -398,11 +398,10 @@ def test_a_wait_that_said_ok_before_a_replica_applied_the_version_breaks_rule_6(
     assert result.rules[6].first is not None and "applied v1 at" in result.rules[6].first
 
 
-def forgotten_by_redis(restart: bool, registered_again: bool = False) -> list[dict[str, Any]]:
+def forgotten_by_redis(restart: bool) -> list[dict[str, Any]]:
     """r2 (healthy since 0.5) does not reach the pause of v1 and starts an item at v0 after
     the wait said ok listing only r1; with ``restart``, Redis restarted empty just before the
-    change (losing r2's record) and r2, its link slow, had not registered again, unless
-    ``registered_again`` (a record of r2 after the restart, still at v0)."""
+    change (losing r2's record) and r2, its link slow, had not registered again."""
     events = [e for e in clean() if not (e["ev"] in ("ack", "record") and e["replica"] == "r2"
                                          and 2.0 < e["t"] - T < 3.0)]
     wait = find(events, "op", action="pause")["wait"]
@@ -410,53 +409,24 @@ def forgotten_by_redis(restart: bool, registered_again: bool = False) -> list[di
     events += ran("i6", 2.1, "r2", 12, 2.2, 0)
     if restart:
         events += fault(1, "redis-restart", "redis", 1.6, 1.8, mode="empty")
-    if registered_again:
-        events.append(record("r2", 1.9, 0, 0.55, False))
     return events
 
 
-def test_a_wait_that_missed_a_replica_an_empty_redis_forgot_is_a_known_defect() -> None:
-    assert 6 in KNOWN and "restarted empty" in KNOWN[6]
-    result = check(forgotten_by_redis(restart=True))
-    assert broken_rules(result) == [] and result.ok
-    assert result.rules[6].known == 1 and result.wait_lies == 1
-    assert result.rules[6].first_known is not None
-    assert "still had v0" in result.rules[6].first_known
-    assert "had not registered again" in result.rules[6].first_known
-    assert any("rule 6" in line and "known" in line for line in table(result))
-    strict = check(forgotten_by_redis(restart=True), strict=True)
-    assert broken_rules(strict) == [6] and not strict.ok
-
-
-def test_the_same_wait_lie_without_an_empty_restart_still_breaks_rule_6() -> None:
-    result = check(forgotten_by_redis(restart=False))
-    assert 6 in broken_rules(result) and result.rules[6].known == 0 and not result.ok
-    events = forgotten_by_redis(restart=True)
-    find(events, "fault-start", kind="redis-restart")["params"]["mode"] = "aof"
-    result = check(events)
-    assert 6 in broken_rules(result) and result.rules[6].known == 0
-
-
-def test_a_replica_that_registered_again_after_the_empty_restart_and_lagged_breaks_rule_6(
+def test_a_wait_that_said_ok_after_an_empty_restart_without_a_replica_redis_forgot_breaks_rule_6(
 ) -> None:
-    result = check(forgotten_by_redis(restart=True, registered_again=True))
-    assert 6 in broken_rules(result) and result.rules[6].known == 0 and not result.ok
+    assert KNOWN == {}
+    for restart in (True, False):
+        result = check(forgotten_by_redis(restart=restart))
+        assert broken_rules(result) == [6] and not result.ok
+        assert result.rules[6].known == 0 and result.wait_lies == 1
+        assert result.rules[6].first is not None and "still had v0" in result.rules[6].first
 
 
-def test_a_replica_the_wait_report_listed_as_reached_breaks_rule_6_after_an_empty_restart(
-) -> None:
+def test_a_wait_that_said_not_ok_after_an_empty_restart_keeps_rule_6() -> None:
     events = forgotten_by_redis(restart=True)
-    find(events, "op", action="pause")["wait"]["replicas"].append(
-        {"id": "r2", "reached": True, "why": None})
+    find(events, "op", action="pause")["wait"]["ok"] = False  # redis_lost_at: not ok
     result = check(events)
-    assert 6 in broken_rules(result) and result.rules[6].known == 0
-
-
-def test_an_empty_restart_after_the_change_does_not_make_a_wait_lie_known() -> None:
-    events = forgotten_by_redis(restart=False)
-    events += fault(1, "redis-restart", "redis", 2.03, 2.04, mode="empty")
-    result = check(events)
-    assert 6 in broken_rules(result) and result.rules[6].known == 0
+    assert 6 not in broken_rules(result) and result.rules[6].known == 0
 
 
 # ---------------------------------------------------------------------------- rule 7

@@ -27,15 +27,11 @@
    it. Proof: the replica had an item running through the report (a pause), applied the
    version only after it, showed an older version after it, or was frozen from before the
    change until after it.
-   Known (``KNOWN``): after Redis restarted empty before the change, a replica whose record
-   it lost and that wrote nothing to Redis again up to the wait's end (no record, heartbeat
-   or acknowledgement) and that the report does not list: the coordinator cannot know it.
 7. **exits**: no process exited non-zero unless the schedule killed it; the CLI exits with a
    documented status (0, 1, 3, 5), never a traceback.
 
-Counterexamples of known product defects (``KNOWN``: rule 6's replica forgotten by an
-empty Redis, future work of the high-availability issue, 12) are counted and reported apart
-and do not fail the run unless ``strict``.
+Counterexamples of known product defects (``KNOWN``, none at present) are counted and
+reported apart and do not fail the run unless ``strict``.
 """
 
 from __future__ import annotations
@@ -43,7 +39,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Final
 
 from bench.chaos.history import Event
 from bench.chaos.timeline import Change, Life, Run, Timeline
@@ -54,10 +50,6 @@ SLACK_S: Final = 0.1
 TIME_TOLERANCE_S: Final = 0.002
 """Times written with millisecond precision are up to 1 ms early."""
 CLI_STATUSES: Final = frozenset({0, 1, 3, 5})
-REGISTERING: Final = frozenset({"record", "record-applied", "ack"})
-"""The evidence a life wrote to Redis (its record, its acknowledgements), not its handler's."""
-
-
 def _fmt_t(t: float, t0: float) -> str:
     return f"t+{t - t0:.3f}s"
 
@@ -343,41 +335,9 @@ class Checker:
                     continue
                 r.checked += 1
                 why = self._not_reached(life, change, pause, t_lo, t_hi)
-                if why is None:
-                    continue
-                message = (f"wait for v{version} ({op.get('via')}) said ok at "
+                if why is not None:
+                    r.fail(f"wait for v{version} ({op.get('via')}) said ok at "
                            f"{self.at(t_hi)} but {life.replica} (pid {life.pid}) {why}")
-                restart = self._forgotten(life, change, wait, t_hi)
-                if restart is None:
-                    r.fail(message)
-                else:
-                    self.known(r, f"{message}: Redis restarted empty at {self.at(restart)} "
-                                  "and it had not registered again")
-
-    def _forgotten(self, life: Life, change: Change, wait: dict[str, Any],
-                   t_hi: float) -> float | None:
-        """The known defect of rule 6 (``KNOWN``): Redis restarted empty before the change,
-        losing the record of ``life`` (registered before it) and its member of the replicas
-        set, and ``life`` wrote nothing to Redis again (no record, heartbeat or
-        acknowledgement) from the restart to the wait's end, and the report does not list
-        it. The start of that restart when the history shows exactly that, else None."""
-        tl = self.tl
-        listed = wait.get("replicas")
-        if not isinstance(listed, list) or any(
-                isinstance(rep, dict) and rep.get("id") == life.replica for rep in listed):
-            return None
-        for w in tl.windows:
-            if w.kind != "redis-restart" or w.params.get("mode") != "empty" \
-                    or w.start > change.changed_at:
-                continue
-            if life.healthy is None or life.healthy > w.start:
-                continue
-            registered = any(p.source in REGISTERING and
-                             w.start <= p.t <= t_hi + TIME_TOLERANCE_S
-                             for p in tl.points.get(life.pid, []))
-            if not registered:
-                return w.start
-        return None
 
     def _not_reached(self, life: Life, change: Change, pause: bool, t_lo: float,
                      t_hi: float) -> str | None:
