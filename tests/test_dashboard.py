@@ -8,6 +8,7 @@ version applied, clicks Resume and sees them run again.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis as syncredis
@@ -38,6 +40,26 @@ SCREENSHOT_OVERDUE = Path(tempfile.gettempdir()) / "fleetgate-dashboard-overdue.
 SCREENSHOT_STALE = Path(tempfile.gettempdir()) / "fleetgate-dashboard-stale.png"
 
 pytestmark = pytest.mark.slow
+
+
+@contextlib.contextmanager
+def dashboard_page(executable: str, height: int | None = None) -> Iterator[Any]:
+    """A page of a fresh headless Chromium (a profile of its own, removed afterwards)."""
+    from playwright.sync_api import sync_playwright
+
+    profile = tempfile.mkdtemp(prefix="fleetgate-chromium-")
+    viewport = {} if height is None else {"viewport": {"width": 1280, "height": height}}
+    try:
+        with sync_playwright() as pw:
+            context = pw.chromium.launch_persistent_context(
+                profile, executable_path=executable, args=ARGS, headless=True, **viewport,
+            )
+            try:
+                yield context.new_page()
+            finally:
+                context.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
 
 
 def _chromium_or_skip() -> str:
@@ -107,7 +129,7 @@ def test_pause_and_resume_from_the_dashboard_with_real_replicas(
                 # the token lives in this tab's sessionStorage only
                 assert page.evaluate("sessionStorage.getItem('fleetgate.token')") == ADMIN
                 assert page.evaluate("localStorage.length") == 0
-                assert context.cookies() == []
+                assert page.context.cookies() == []
 
                 # pause without a reason is refused on the page
                 page.click("#pause")
@@ -152,35 +174,24 @@ def test_a_read_only_or_wrong_token_cannot_pause_from_the_dashboard(
     redis_url: str, fleet_name: str, coordinator: Server
 ) -> None:
     executable = _chromium_or_skip()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    profile = tempfile.mkdtemp(prefix="fleetgate-chromium-")
-    try:
-        with sync_playwright() as pw:
-            context = pw.chromium.launch_persistent_context(
-                profile, executable_path=executable, args=ARGS, headless=True
-            )
-            try:
-                page = context.new_page()
-                page.goto(coordinator.url)
-                page.fill("#token", "not-the-token-000000000")
-                page.fill("#reason", "should not happen")
-                page.click("#pause")
-                expect(page.locator("#message")).to_contain_text("not valid")
-                expect(page.locator("#connection")).to_have_attribute("data-state", "auth")
-                page.click("#forget")
-                assert page.evaluate("sessionStorage.getItem('fleetgate.token')") is None
-            finally:
-                context.close()
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
+    with dashboard_page(executable) as page:
+        page.goto(coordinator.url)
+        page.fill("#token", "not-the-token-000000000")
+        page.fill("#reason", "should not happen")
+        page.click("#pause")
+        expect(page.locator("#message")).to_contain_text("not valid")
+        expect(page.locator("#connection")).to_have_attribute("data-state", "auth")
+        page.click("#forget")
+        assert page.evaluate("sessionStorage.getItem('fleetgate.token')") is None
 
 
 def test_an_overdue_pause_turns_the_banner_red_and_markup_in_a_reason_stays_text(
     redis_url: str, fleet_name: str, coordinator: Server
 ) -> None:
     executable = _chromium_or_skip()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     reason = '<img src=x onerror="window.pwned=1"> <b>db</b> & "cache"'
     now = now_utc()
@@ -192,30 +203,18 @@ def test_an_overdue_pause_turns_the_banner_red_and_markup_in_a_reason_stays_text
         "changed_at": format_time(now - timedelta(hours=2)),
     })
     client.close()
-    profile = tempfile.mkdtemp(prefix="fleetgate-chromium-")
-    try:
-        with sync_playwright() as pw:
-            context = pw.chromium.launch_persistent_context(
-                profile, executable_path=executable, args=ARGS, headless=True,
-                viewport={"width": 1280, "height": 700},
-            )
-            try:
-                page = context.new_page()
-                page.goto(coordinator.url)
-                page.fill("#token", ADMIN)
-                expect(page.locator("#banner")).to_have_attribute("data-state", "overdue")
-                expect(page.locator("#banner-state")).to_have_text("PAUSED — OVERDUE")
-                expect(page.locator("#banner-age")).to_have_text("2h00m")
-                expect(page.locator("#banner-reason")).to_have_text(reason)
-                assert page.locator("#banner-reason img, #banner-reason b").count() == 0
-                assert page.evaluate("window.pwned === undefined")
-                color = page.evaluate("getComputedStyle(document.getElementById('banner-state')).color")
-                assert color == "rgb(180, 35, 24)"  # --red
-                page.screenshot(path=str(SCREENSHOT_OVERDUE))
-            finally:
-                context.close()
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
+    with dashboard_page(executable, height=700) as page:
+        page.goto(coordinator.url)
+        page.fill("#token", ADMIN)
+        expect(page.locator("#banner")).to_have_attribute("data-state", "overdue")
+        expect(page.locator("#banner-state")).to_have_text("PAUSED — OVERDUE")
+        expect(page.locator("#banner-age")).to_have_text("2h00m")
+        expect(page.locator("#banner-reason")).to_have_text(reason)
+        assert page.locator("#banner-reason img, #banner-reason b").count() == 0
+        assert page.evaluate("window.pwned === undefined")
+        color = page.evaluate("getComputedStyle(document.getElementById('banner-state')).color")
+        assert color == "rgb(180, 35, 24)"  # --red
+        page.screenshot(path=str(SCREENSHOT_OVERDUE))
 
 
 STALE_PANELS = ("#banner", "#replicas-panel", "#history-panel")
@@ -298,7 +297,7 @@ def test_a_pause_that_waits_names_a_replica_gone_silent_and_one_that_left(
     redis_url: str, fleet_name: str, coordinator: Server
 ) -> None:
     executable = _chromium_or_skip()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     keys = Keys(fleet_name)
     client = syncredis.Redis.from_url(redis_url, decode_responses=True)
@@ -310,38 +309,26 @@ def test_a_pause_that_waits_names_a_replica_gone_silent_and_one_that_left(
             "control": "connected", "heartbeat_at": format_time(beat),
             "heartbeat_interval": interval})
         client.zadd(keys.replicas, {rid: int(beat.timestamp() * 1000)})
-    profile = tempfile.mkdtemp(prefix="fleetgate-chromium-")
-    try:
-        with sync_playwright() as pw:
-            context = pw.chromium.launch_persistent_context(
-                profile, executable_path=executable, args=ARGS, headless=True,
-                viewport={"width": 1280, "height": 900},
-            )
-            try:
-                page = context.new_page()
-                page.goto(coordinator.url)
-                page.fill("#token", ADMIN)
-                page.fill("#reason", "db migration")
-                page.select_option("#wait", "5")
-                page.click("#pause")
-                expect(page.locator("#message")).to_contain_text("Waiting up to 5s")
-                # the pause is made and waited for: leaving-1 stops cleanly meanwhile
-                wait_until(lambda: client.hget(keys.state, "paused") == "1")
-                client.delete(keys.replica("leaving-1"))
-                client.zrem(keys.replicas, "leaving-1")
-                message = page.locator("#message")
-                expect(message).to_contain_text("Paused by dash-op", timeout=20_000)
-                expect(message).to_contain_text("1 of 1 replicas not quiet")
-                expect(message).to_have_attribute("data-kind", "warn")
-                frozen = page.locator('#wait-report li[data-replica-id="frozen-1"]')
-                expect(frozen).to_have_attribute("data-kind", "straggler")
-                expect(frozen).to_have_text(
-                    f"frozen-1: unreachable, last heard {format_time(beat)}, 2 in flight")
-                leaving = page.locator('#wait-report li[data-replica-id="leaving-1"]')
-                expect(leaving).to_have_attribute("data-kind", "excused")
-                expect(leaving).to_have_text("leaving-1: excused, gone (stopped cleanly)")
-            finally:
-                context.close()
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
+    with dashboard_page(executable, height=900) as page:
+        page.goto(coordinator.url)
+        page.fill("#token", ADMIN)
+        page.fill("#reason", "db migration")
+        page.select_option("#wait", "5")
+        page.click("#pause")
+        expect(page.locator("#message")).to_contain_text("Waiting up to 5s")
+        # the pause is made and waited for: leaving-1 stops cleanly meanwhile
+        wait_until(lambda: client.hget(keys.state, "paused") == "1")
+        client.delete(keys.replica("leaving-1"))
+        client.zrem(keys.replicas, "leaving-1")
+        message = page.locator("#message")
+        expect(message).to_contain_text("Paused by dash-op", timeout=20_000)
+        expect(message).to_contain_text("1 of 1 replicas not quiet")
+        expect(message).to_have_attribute("data-kind", "warn")
+        frozen = page.locator('#wait-report li[data-replica-id="frozen-1"]')
+        expect(frozen).to_have_attribute("data-kind", "straggler")
+        expect(frozen).to_have_text(
+            f"frozen-1: unreachable, last heard {format_time(beat)}, 2 in flight")
+        leaving = page.locator('#wait-report li[data-replica-id="leaving-1"]')
+        expect(leaving).to_have_attribute("data-kind", "excused")
+        expect(leaving).to_have_text("leaving-1: excused, gone (stopped cleanly)")
         client.close()
