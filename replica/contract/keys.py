@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from replica.contract.names import validate_fleet, validate_replica_id
+
+FLEETS_KEY: Final = "fleetgate:fleets"
+"""Sorted set: every fleet name on this Redis, scored by its last activity (ms since the epoch:
+a change, a replica's start, its heartbeat now and then). Not a fleet's key (no hash tag): on a
+cluster it is one key in a slot of its own, so it never goes in a script with a fleet's keys.
+``fleetgate fleets`` and ``GET /api/fleets`` list fleets from it, without SCAN or KEYS."""
 
 
 @dataclass(frozen=True, slots=True)
