@@ -326,7 +326,8 @@ def test_each_fleets_replica_user_is_confined_to_that_fleets_keys_and_channels(
         line = lines[replica_user(fleet)]
         patterns = re.findall(r"(?:%R~|~|&)(\S+?)\)?(?=\s|$)", line)
         assert patterns, line
-        assert all(p.startswith(f"fleetgate:{{{fleet}}}:") for p in patterns), patterns
+        assert all(p.startswith(f"fleetgate:{{{fleet}}}:") or p == "fleetgate:fleets"
+                   for p in patterns), patterns  # the registry of fleets: ZADD only
         assert other not in line
         assert "*}" not in line and "{*" not in line
 
@@ -511,6 +512,17 @@ def test_the_replica_can_maintain_its_own_record_and_registration(
     assert coordinator.zrange(key(fleet, "replicas"), 0, -1) == ["pod-abc"]
     assert replica.zrem(key(fleet, "replicas"), "pod-abc") == 1
     assert replica.delete(record) == 1
+
+
+def test_the_replica_may_note_its_fleet_in_the_registry_and_the_coordinator_lists_it(
+    replica: redis.Redis, coordinator: redis.Redis, fleet: str
+) -> None:
+    assert replica.zadd("fleetgate:fleets", {fleet: 1_700_000_000}) in (0, 1)
+    assert coordinator.zrange("fleetgate:fleets", 0, 0, desc=True) == [fleet]
+    assert coordinator.zadd("fleetgate:fleets", {fleet: 1_700_000_001}) == 0
+    _denied(lambda: replica.zrange("fleetgate:fleets", 0, -1))
+    _denied(lambda: replica.zrem("fleetgate:fleets", fleet))
+    _denied(lambda: replica.delete("fleetgate:fleets"))
 
 
 @pytest.mark.parametrize("transaction", [False, True])

@@ -18,6 +18,7 @@ from typing import Final
 
 from redis.asyncio import Redis
 
+from coordinator.fleet import registry
 from coordinator.fleet.calls import ChangeScript
 from coordinator.fleet.reads import Members, Reads, parse_flat_members, restored_at
 from replica.contract import (
@@ -62,6 +63,7 @@ class Changes:
     """The changes of one fleet (``Fleet`` delegates to it)."""
 
     def __init__(self, redis: Redis, name: str, keys: Keys, reads: Reads) -> None:
+        self._redis = redis
         self._name = name
         self._keys = keys
         self._reads = reads
@@ -135,6 +137,8 @@ class Changes:
         self._reads.noted(members.unreadable)
         # what wait(state.version) would read first: kept for a moment, saves a round trip
         self.last = LastChange(state, members, time.monotonic(), restored_at(raw))
+        # the registry of fleets: a key of its own slot, so a call of its own after the script
+        await registry.touch(self._redis, self._name)
         if status == "ok":
             log.info("fleet %s: %s v%d by %s%s", self._name,
                      "paused" if state.paused else "resumed", state.version, by,

@@ -14,6 +14,7 @@ stays listed after its last replica left (a paused fleet with no replica is stil
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 MAX_FLEETS: Final = 10_000
 """The most fleets a read returns (newest activity first): a registry filled with garbage
 cannot make a reader read without end."""
+TOUCH_TIMEOUT_S: Final = 1.0
+"""How long ``touch`` may take: it follows a change that is made, and must not hold it up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +54,14 @@ async def touch(redis: Redis, fleet: str, at_ms: float | None = None) -> bool:
     """Note activity of ``fleet`` now (or at ``at_ms``): ``ZADD fleetgate:fleets``.
 
     Never raises a Redis error (it is bookkeeping beside a change that already happened):
-    returns False when the write failed, and logs why once per kind of error."""
+    returns False when the write failed or took over ``TOUCH_TIMEOUT_S``, and logs why once
+    per kind of error."""
     validate_fleet(fleet)
     score = int(time.time() * 1000) if at_ms is None else int(at_ms)
     try:
-        await uncancelled(redis.zadd(FLEETS_KEY, {fleet: score}))
-    except (RedisError, OSError) as exc:
+        async with asyncio.timeout(TOUCH_TIMEOUT_S):
+            await uncancelled(redis.zadd(FLEETS_KEY, {fleet: score}))
+    except (RedisError, OSError, TimeoutError) as exc:
         _once(f"could not note fleet {fleet} in {FLEETS_KEY}: {type(exc).__name__}: {exc}",
               type(exc).__name__)
         return False

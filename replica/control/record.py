@@ -51,11 +51,16 @@ from replica.contract import (
     format_time,
     now_utc,
 )
+from replica.contract.keys import FLEETS_KEY
 from replica.control.redisio import SKIP, pack, pack_arg
 from replica.pool.holds import FLEET_SOURCE
 from replica.pool.pool import PausablePool
 
 log = logging.getLogger(__name__)
+
+REGISTRY_EVERY_S: Final = 300.0
+"""How often a replica notes its fleet in the registry of fleets (``FLEETS_KEY``): at its first
+heartbeat, then with a heartbeat at most this often (about 0.003 commands a second)."""
 
 
 class RecordSource(Protocol):
@@ -161,6 +166,7 @@ class ReplicaRecord:
         self._ttl_ms = int(heartbeat_interval * RECORD_TTL_HEARTBEATS * 1000)
         self._wire_pexpire = SKIP + pack(("PEXPIRE", self.key, self._ttl_ms))
         self._wire_publish_head = SKIP + b"*3\r\n" + pack_arg("PUBLISH") + pack_arg(keys.acks)
+        self._registry_next: float | None = None
 
     def set_applied(self, version: int, state_json: str, at_text: str) -> None:
         """A version was applied (its state as JSON, when, as text)."""
@@ -222,6 +228,20 @@ class ReplicaRecord:
             ("PEXPIRE", self.key, self._ttl_ms),
             ("ZADD", self._keys.replicas, int(time.time() * 1000), self._replica_id),
         ]
+
+    def registry_commands(self) -> list[tuple[Any, ...]]:
+        """The ZADD that notes this replica's fleet in the registry of fleets, when it is due
+        (the first heartbeat, then every ``REGISTRY_EVERY_S``), else nothing. A separate
+        command, never in a script: the registry is no fleet's key (no hash tag)."""
+        now = time.monotonic()
+        if self._registry_next is not None and now < self._registry_next:
+            return []
+        self._registry_next = now + REGISTRY_EVERY_S
+        return [("ZADD", FLEETS_KEY, int(time.time() * 1000), self._keys.fleet)]
+
+    def registry_unsent(self) -> None:
+        """The round trip that carried ``registry_commands()`` failed: send it with the next."""
+        self._registry_next = None
 
     def remove_commands(self) -> list[tuple[Any, ...]]:
         """What a clean stop sends: the record and the heartbeat score go."""

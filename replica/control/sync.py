@@ -262,6 +262,7 @@ class SyncLoop:
                 quiet.append(("PUBLISH", keys.acks, self._record.ack_json(acks, clock()[1])))
             else:
                 commands += writes
+                commands += self._record.registry_commands()
         try:
             async with asyncio.timeout(self._io_timeout):
                 results = await uncancelled(self._link.call(commands, quiet))
@@ -270,6 +271,7 @@ class SyncLoop:
             outbox.acks |= acks
             if record_written:
                 outbox.record_dirty = True
+                self._record.registry_unsent()
             if poll:
                 self._poll_now = True
             raise
