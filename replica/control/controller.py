@@ -159,7 +159,7 @@ class FleetController:
         )
         self._loss = ControlLoss(s, pool, self._applier, self._fleet, self._replica_id)
         self._sync = SyncLoop(s, self._link, self._channel, self._record, self._outbox,
-                              self._applier, self._loss, keys, self._replica_id)
+                              self._applier, self._loss, keys, self._replica_id, redis=redis)
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self._stopped = False

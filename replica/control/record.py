@@ -51,7 +51,6 @@ from replica.contract import (
     format_time,
     now_utc,
 )
-from replica.contract.keys import FLEETS_KEY
 from replica.control.redisio import SKIP, pack, pack_arg
 from replica.pool.holds import FLEET_SOURCE
 from replica.pool.pool import PausablePool
@@ -229,18 +228,17 @@ class ReplicaRecord:
             ("ZADD", self._keys.replicas, int(time.time() * 1000), self._replica_id),
         ]
 
-    def registry_commands(self) -> list[tuple[Any, ...]]:
-        """The ZADD that notes this replica's fleet in the registry of fleets, when it is due
-        (the first heartbeat, then every ``REGISTRY_EVERY_S``), else nothing. A separate
-        command, never in a script: the registry is no fleet's key (no hash tag)."""
+    def registry_due(self) -> bool:
+        """Whether to note this replica's fleet in the registry of fleets now (the first
+        heartbeat, then every ``REGISTRY_EVERY_S``); True advances the next time."""
         now = time.monotonic()
         if self._registry_next is not None and now < self._registry_next:
-            return []
+            return False
         self._registry_next = now + REGISTRY_EVERY_S
-        return [("ZADD", FLEETS_KEY, int(time.time() * 1000), self._keys.fleet)]
+        return True
 
     def registry_unsent(self) -> None:
-        """The round trip that carried ``registry_commands()`` failed: send it with the next."""
+        """The registry write failed on the way: due again at the next heartbeat."""
         self._registry_next = None
 
     def remove_commands(self) -> list[tuple[Any, ...]]:

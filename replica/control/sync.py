@@ -30,8 +30,9 @@ import logging
 import random
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
+from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from replica.contract import (
@@ -43,6 +44,7 @@ from replica.contract import (
     restore_args,
     text,
 )
+from replica.contract.keys import FLEETS_KEY
 from replica.contract.scripts import RESTORE_RAISED
 from replica.control.applier import StateApplier
 from replica.control.channel import ControlChannel
@@ -53,6 +55,9 @@ from replica.control.record import ReplicaRecord
 from replica.control.redisio import NET_ERRORS, Backoff, Link, as_mapping, uncancelled
 
 log = logging.getLogger(__name__)
+
+REGISTER_TIMEOUT_S: Final = 1.0
+"""The longest the registry write may hold the loop up (it runs every few minutes)."""
 
 
 class SyncLoop:
@@ -74,6 +79,7 @@ class SyncLoop:
         loss: ControlLoss,
         keys: Keys,
         replica_id: str,
+        redis: Redis | None = None,
     ) -> None:
         self._poll_interval = settings.poll_interval
         self._heartbeat_interval = settings.heartbeat_interval
@@ -88,6 +94,8 @@ class SyncLoop:
         self._keys = keys
         self._fleet = keys.fleet
         self._replica_id = replica_id
+        self._redis = redis
+        """The client, for the registry of fleets on a cluster (see ``_register``)."""
 
         self.ready = asyncio.Event()
         self.failed = asyncio.Event()
@@ -228,6 +236,8 @@ class SyncLoop:
             if heartbeat:
                 next_heartbeat = now + self._heartbeat_interval * beat_phase
                 beat_phase = 1.0
+                if self._record.registry_due():
+                    await self._register()
 
     async def _round_trip(self, poll: bool, heartbeat: bool, peers: bool) -> None:
         """One write to Redis: read the state hash (poll), read the peer list (stagger), write
@@ -262,7 +272,6 @@ class SyncLoop:
                 quiet.append(("PUBLISH", keys.acks, self._record.ack_json(acks, clock()[1])))
             else:
                 commands += writes
-                commands += self._record.registry_commands()
         try:
             async with asyncio.timeout(self._io_timeout):
                 results = await uncancelled(self._link.call(commands, quiet))
@@ -271,7 +280,6 @@ class SyncLoop:
             outbox.acks |= acks
             if record_written:
                 outbox.record_dirty = True
-                self._record.registry_unsent()
             if poll:
                 self._poll_now = True
             raise
@@ -359,6 +367,30 @@ class SyncLoop:
             log.warning("fleet %s replica %s: restored the state hash at v%d (%s) "
                         "(%d restores)", self._fleet, self._replica_id, state.version,
                         "paused" if state.paused else "running", self.restores)
+
+    async def _register(self) -> None:
+        """Note the fleet in the registry of fleets (``FLEETS_KEY``), on the link in a round
+        trip of its own (never in a script or a pipeline with the fleet's keys: the key has no
+        hash tag). A cluster node that does not serve its slot answers MOVED: then it goes
+        through the client, which routes it. Bounded; a lost write is tried again at the next
+        heartbeat, a refusal (an ACL without it) at the next ``REGISTRY_EVERY_S``."""
+        now_ms = int(time.time() * 1000)
+        command = ("ZADD", FLEETS_KEY, now_ms, self._fleet)
+        try:
+            async with asyncio.timeout(min(self._io_timeout, REGISTER_TIMEOUT_S)):
+                (reply,) = await uncancelled(self._link.call([command]))
+                if isinstance(reply, ResponseError) and self._redis is not None and \
+                        str(reply).startswith(("MOVED", "ASK")):
+                    reply = await uncancelled(self._redis.zadd(FLEETS_KEY, {self._fleet: now_ms}))
+            if isinstance(reply, BaseException):
+                raise reply
+        except ResponseError as exc:
+            log.debug("fleet %s replica %s: registry of fleets refused: %r",
+                      self._fleet, self._replica_id, exc)
+        except Exception as exc:  # bookkeeping: it never ends the loop
+            log.debug("fleet %s replica %s: registry of fleets not written: %r",
+                      self._fleet, self._replica_id, exc)
+            self._record.registry_unsent()
 
     async def remove_record(self, timeout: float) -> None:
         """What a clean stop does once the loop has ended: remove the record (within
