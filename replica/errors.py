@@ -17,7 +17,9 @@ The hierarchy::
     │   └── InvalidDuration        a duration ("30m", "90s") that cannot be read or is out of bounds
     │                              (also a builtin ValueError)
     ├── ContractError              a value that breaks the Redis contract (bad fleet name, bad state)
-    │   └── InvalidMessage         a control-channel message that is not a valid state (ignored, counted)
+    │   ├── InvalidMessage         a control-channel message that is not a valid state (ignored, counted)
+    │   └── HoldConflict           a resume that names no hold while there are several, or a hold
+    │                              there is not, or a pause past the most holds a fleet may have
     └── OutcomeUnknown             a change was sent to Redis but no answer came: it may have been
                                    applied; read the state before trying again
 
@@ -82,6 +84,29 @@ class InvalidMessage(ContractError):
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.detail = detail
+
+
+class HoldConflict(ContractError):
+    """A hold change that cannot be made as asked; nothing changed.
+
+    ``kind`` is ``ambiguous`` (a resume without a hold name while the fleet has several holds),
+    ``unknown`` (a resume of a hold the fleet does not have) or ``too_many`` (a pause that would
+    add a hold past ``MAX_HOLDS``); ``holds`` names the fleet's holds."""
+
+    def __init__(self, kind: str, fleet: str, holds: tuple[str, ...], hold: str = "") -> None:
+        listed = ", ".join(holds) or "none"
+        if kind == "ambiguous":
+            message = (f"fleet {fleet} has {len(holds)} holds ({listed}): name the one to "
+                       "release with --hold NAME, or release them all with --all")
+        elif kind == "unknown":
+            message = f"fleet {fleet} has no hold {hold!r} (holds: {listed})"
+        else:
+            message = f"fleet {fleet} already has {len(holds)} holds ({listed}), the most it may have"
+        super().__init__(message)
+        self.kind = kind
+        self.fleet = fleet
+        self.holds = holds
+        self.hold = hold
 
 
 class OutcomeUnknown(FleetgateError):

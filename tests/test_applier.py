@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from coordinator import Fleet
 from replica import PausablePool
-from replica.contract import FleetState, Keys, now_utc
+from replica.contract import MAX_MESSAGE_BYTES, FleetState, Keys, now_utc
 from replica.control.applier import StateApplier
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
@@ -122,7 +122,7 @@ async def test_invalid_messages_are_logged_once_per_kind_and_counted(
         controller = replicas.controllers[0]
         control = Keys(fleet_name).control
         other = state_at("another-fleet", 9, True)
-        for message in ["not json", "not json either", other.to_json(), "[]", "y" * 9000]:
+        for message in ["not json", "not json either", other.to_json(), "[]", "y" * (MAX_MESSAGE_BYTES + 1)]:
             await redis.publish(control, message)
         await until(lambda: sum(controller.stats().invalid_messages.values()) == 5)
         assert controller.stats().invalid_messages == {

@@ -236,7 +236,7 @@ async def test_set_state_script_bumps_version_audits_and_publishes(
     noop = await run_set_state(redis, keys, "resume", now=later)
     assert noop[0] == "noop"
     entries = await redis.xrange(keys.audit)
-    assert [e[1]["action"] for e in entries] == ["pause", "pause", "resume"]
+    assert [e[1]["action"] for e in entries] == ["pause", "hold_updated", "resume"]
     assert [e[1]["version"] for e in entries] == ["1", "2", "3"]
 
 
@@ -330,13 +330,13 @@ async def test_set_state_script_keeps_restored_at_and_returns_it_with_the_state(
     await redis.hset(keys.state, mapping={**paused_state(fleet_name, 5).to_hash(),
                                           S_RESTORED_AT: at})
     for action in ("resume", "pause"):
-        status, fields, _members = await run_set_state(redis, keys, action, "x")
+        status, fields, _members, *_ = await run_set_state(redis, keys, action, "x")
         assert status == "ok"
         returned = dict(zip(fields[::2], fields[1::2], strict=True))
         assert returned[S_RESTORED_AT] == at
         assert await redis.hget(keys.state, S_RESTORED_AT) == at
     # a hash never restored has no stamp, and none is made up
     await redis.delete(keys.state)
-    status, fields, _members = await run_set_state(redis, keys, "pause", "y")
+    status, fields, _members, *_ = await run_set_state(redis, keys, "pause", "y")
     assert S_RESTORED_AT not in fields[::2]
     assert not await redis.hexists(keys.state, S_RESTORED_AT)

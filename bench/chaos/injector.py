@@ -223,7 +223,7 @@ class Injector:
             json.dumps({"fleet": fleet, "paused": "yes", "version": "seven"}),
             json.dumps({"fleet": "another-fleet", "paused": False, "version": 10**6,
                         "reason": "", "by": "x", "since": None}),
-            json.dumps({"fleet": fleet, "pad": "x" * 9000}),
+            json.dumps({"fleet": fleet, "pad": "x" * 70_000}),
             '{"fleet": "' + fleet + '", "paused": tru',
         ]
         return rng.choice(junk)

@@ -38,8 +38,9 @@ from replica.contract import (
     text,
     timedelta_s,
 )
+from replica.contract.holds import DEFAULT_HOLD, MAX_HOLDS, validate_hold
 from replica.contract.scripts import RESTORE_RAISED
-from replica.errors import ContractError, InvalidMessage
+from replica.errors import ContractError, HoldConflict, InvalidMessage
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ class Changes:
         self._set_state = ChangeScript(redis, SET_STATE_LUA)
         self._restore = ChangeScript(redis, RESTORE_STATE_LUA)
         self.last: LastChange | None = None
+        self.sharded = False
+        """Publish with SPUBLISH (a cluster: sharded pub/sub)."""
 
     async def pause(
         self,
@@ -78,25 +81,43 @@ class Changes:
         expected_for: timedelta | float | None,
         auto_resume_after: timedelta | float | None,
         resume_stagger: timedelta | float | None,
+        hold: str | None = None,
+        starts_at: datetime | None = None,
     ) -> FleetState:
         reason = check_reason(reason)
         by = check_by(by)
+        name = validate_hold(hold) if hold is not None else DEFAULT_HOLD
         now = now_utc()
+        start = now
+        if starts_at is not None:
+            if starts_at.tzinfo is None:
+                raise ContractError("starts_at needs a time zone (UTC)")
+            start = max(now, starts_at)
         expected = _positive("expected_for", expected_for)
         auto = _positive("auto_resume_after", auto_resume_after)
         return await self._change(
             "pause", reason, by, now,
-            expected_until=now + expected if expected is not None else None,
-            auto_resume_at=now + auto if auto is not None else None,
-            stagger=resume_stagger,
+            expected_until=start + expected if expected is not None else None,
+            auto_resume_at=start + auto if auto is not None else None,
+            stagger=resume_stagger, hold=name,
+            starts_at=start if start > now else None,
         )
 
     async def resume(
-        self, by: str, stagger: timedelta | float | None, reason: str | None
+        self,
+        by: str,
+        stagger: timedelta | float | None,
+        reason: str | None,
+        hold: str | None = None,
+        all_holds: bool = False,
     ) -> FleetState:
         by = check_by(by)
         checked = check_optional_reason(reason)
-        return await self._change("resume", checked or "", by, now_utc(), stagger=stagger)
+        if hold is not None and all_holds:
+            raise ContractError("name one hold or all of them, not both")
+        name = validate_hold(hold) if hold is not None else ""
+        return await self._change("resume", checked or "", by, now_utc(), stagger=stagger,
+                                  hold=name, all_holds=all_holds)
 
     async def _change(
         self,
@@ -107,6 +128,9 @@ class Changes:
         expected_until: datetime | None = None,
         auto_resume_at: datetime | None = None,
         stagger: timedelta | float | None = None,
+        hold: str = "",
+        all_holds: bool = False,
+        starts_at: datetime | None = None,
     ) -> FleetState:
         window = timedelta_s(stagger)
         if not 0 <= window <= MAX_STAGGER_S:
@@ -116,7 +140,8 @@ class Changes:
         args: list[str] = [
             action, reason, by, format_time(now), format_time(expected_until),
             format_time(auto_resume_at), f"{window:g}", self._name, str(AUDIT_MAXLEN), "0",
-            str(prune_before),
+            str(prune_before), hold, "1" if all_holds else "0", format_time(starts_at),
+            str(MAX_HOLDS), "1" if self.sharded else "0",
         ]
         script_keys = [keys.state, keys.audit, keys.control, keys.replicas]
         what = f"{action} of fleet {self._name}"
@@ -130,6 +155,9 @@ class Changes:
             args[9] = "1"
             result = await self._set_state(script_keys, args, what)
         status = text(result[0])
+        if status in ("ambiguous", "unknown", "too_many"):
+            names = tuple(text(x) for x in result[1])
+            raise HoldConflict(status, self._name, names, hold)
         fields = [text(x) for x in result[1]]
         raw = dict(zip(fields[::2], fields[1::2], strict=True))
         state = FleetState.from_hash(self._name, raw)
@@ -140,9 +168,11 @@ class Changes:
         # the registry of fleets: a key of its own slot, so a call of its own after the script
         await registry.touch(self._redis, self._name)
         if status == "ok":
-            log.info("fleet %s: %s v%d by %s%s", self._name,
-                     "paused" if state.paused else "resumed", state.version, by,
-                     f" ({reason})" if reason else "")
+            event = text(result[3]) if len(result) > 3 else action
+            log.info("fleet %s: %s v%d by %s%s%s: %s", self._name,
+                     event.replace("_", " "), state.version, by,
+                     f" (hold {hold})" if hold else "", f" ({reason})" if reason else "",
+                     "paused" if state.paused else "running")
         return state
 
     async def restore_if_missing(self) -> bool:

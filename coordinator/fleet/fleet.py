@@ -22,7 +22,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from redis.asyncio import Redis
@@ -116,25 +116,40 @@ class Fleet:
         auto_resume_after: timedelta | float | None = None,
         *,
         resume_stagger: timedelta | float | None = None,
+        hold: str | None = None,
+        starts_at: datetime | None = None,
     ) -> FleetState:
-        """Pause the fleet. Pausing a paused fleet keeps its ``since`` and updates the reason
-        (and the times). ``reason`` and ``by`` follow the contract's rule (``check_reason``,
-        ``check_by``: printable, stripped, bounded). ``expected_for`` only informs (alerts,
-        dashboards); ``auto_resume_after`` ends the pause on every replica's own clock, with no
-        coordinator running, spread over ``resume_stagger`` when given. Durations are
-        timedeltas or seconds."""
+        """Add or update the fleet hold ``hold`` (``default`` when None): the fleet is paused
+        while any hold is active. Updating an active hold keeps its ``since``. ``reason`` and
+        ``by`` follow the contract's rule (``check_reason``, ``check_by``: printable,
+        stripped, bounded). ``expected_for`` only informs (alerts, dashboards);
+        ``auto_resume_after`` ends the hold on every replica's own clock, with no coordinator
+        running, spread over ``resume_stagger`` when the fleet resumes then. ``starts_at`` (an
+        aware datetime in the future) schedules the hold: it starts then on every replica's own
+        clock, and both durations count from it (a maintenance window). Durations are
+        timedeltas or seconds. Raises ``HoldConflict`` past ``MAX_HOLDS`` holds."""
         return await self._changes.pause(
-            reason, by, expected_for, auto_resume_after, resume_stagger
+            reason, by, expected_for, auto_resume_after, resume_stagger, hold, starts_at
         )
 
     async def resume(
-        self, by: str, stagger: timedelta | float | None = None, *, reason: str | None = None
+        self,
+        by: str,
+        stagger: timedelta | float | None = None,
+        *,
+        reason: str | None = None,
+        hold: str | None = None,
+        all: bool = False,
     ) -> FleetState:
-        """Resume the fleet; with ``stagger``, each replica waits an offset derived from its id,
-        spread evenly over that window. ``reason`` (optional: None for none; when given, the
-        same rule as a pause's) goes to the audit trail; the state of a running fleet has none.
-        Resuming a running fleet changes nothing and returns the state."""
-        return await self._changes.resume(by, stagger, reason)
+        """Release the fleet hold ``hold``; without one, the only hold there is; with
+        ``all=True``, every hold. A resume without a hold name while the fleet has several
+        holds raises ``HoldConflict`` (kind ``ambiguous``) and changes nothing, so nobody undoes
+        someone else's pause by accident; naming a hold the fleet does not have raises it too
+        (kind ``unknown``). Releasing a scheduled hold cancels it. When the last active hold
+        goes, the fleet resumes; with ``stagger`` each replica waits an offset derived from
+        its id, spread evenly over that window. ``reason`` (optional) goes to the audit trail.
+        Resuming a fleet without holds changes nothing and returns the state."""
+        return await self._changes.resume(by, stagger, reason, hold, all)
 
     async def restore_if_missing(self) -> bool:
         """Put the state hash back from the replica records when Redis forgot it (or holds an

@@ -23,7 +23,7 @@ Values read from Redis may be ``bytes`` (a client without ``decode_responses``) 
 everything here accepts both.
 
 The package loads neither redis nor pydantic. Its modules, one concept each: ``names`` (ids and
-field names), ``keys`` (``Keys``), ``clock`` (times), ``state`` (``FleetState``), ``acks``
+field names), ``keys`` (``Keys``), ``clock`` (times), ``state`` (``FleetState``), ``holds`` (``Hold``: a fleet's named pauses), ``acks``
 (``Ack``), ``reasons`` (what an operator may write: ``check_reason``, ``check_by``),
 ``scripts`` (the Lua scripts beside them).
 """
@@ -40,6 +40,16 @@ from replica.contract.clock import (
     parse_time,
     timedelta_s,
 )
+from replica.contract.holds import (
+    ACTIVE,
+    DEFAULT_HOLD,
+    ENDED,
+    MAX_HOLDS,
+    SCHEDULED,
+    Hold,
+    Holds,
+    validate_hold,
+)
 from replica.contract.keys import (
     Keys,
 )
@@ -47,6 +57,7 @@ from replica.contract.names import (
     A_ACTION,
     A_AT,
     A_BY,
+    A_HOLD,
     A_REASON,
     A_VERSION,
     ACK_APPLIED,
@@ -88,6 +99,8 @@ from replica.contract.names import (
     S_BY,
     S_CHANGED_AT,
     S_EXPECTED_UNTIL,
+    S_HOLDS,
+    S_HOLDS_VERSION,
     S_PAUSED,
     S_REASON,
     S_RESUME_STAGGER_S,
@@ -123,18 +136,23 @@ __all__ = [
     "ACK_EVENTS",
     "ACK_QUIET",
     "ACK_RESUMED",
+    "ACTIVE",
     "AUDIT_FIELDS",
     "AUDIT_MAXLEN",
     "A_ACTION",
     "A_AT",
     "A_BY",
+    "A_HOLD",
     "A_REASON",
     "A_VERSION",
     "CONTROL_CONNECTED",
     "CONTROL_DISCONNECTED",
+    "DEFAULT_HOLD",
+    "ENDED",
     "FLEET_NAME_RE",
     "ITEM_FIELD",
     "MAX_BY",
+    "MAX_HOLDS",
     "MAX_MESSAGE_BYTES",
     "MAX_REASON",
     "MAX_STAGGER_S",
@@ -162,6 +180,7 @@ __all__ = [
     "R_QUIET_AT",
     "R_RESUME_AT",
     "R_STARTED_AT",
+    "SCHEDULED",
     "SET_STATE_LUA",
     "STALE_HEARTBEATS",
     "STATE_FIELDS",
@@ -169,6 +188,8 @@ __all__ = [
     "S_BY",
     "S_CHANGED_AT",
     "S_EXPECTED_UNTIL",
+    "S_HOLDS",
+    "S_HOLDS_VERSION",
     "S_PAUSED",
     "S_REASON",
     "S_RESUME_STAGGER_S",
@@ -177,6 +198,8 @@ __all__ = [
     "WORK_GROUP",
     "Ack",
     "FleetState",
+    "Hold",
+    "Holds",
     "Keys",
     "check_by",
     "check_optional_reason",
@@ -191,5 +214,6 @@ __all__ = [
     "text",
     "timedelta_s",
     "validate_fleet",
+    "validate_hold",
     "validate_replica_id",
 ]

@@ -20,7 +20,7 @@ WORK_GROUP: Final = "fleetgate"
 ITEM_FIELD: Final = "item"
 """The field of a work stream entry that holds the item, as JSON."""
 
-MAX_MESSAGE_BYTES: Final = 8192
+MAX_MESSAGE_BYTES: Final = 65536
 """A control message longer than this is ignored (kind ``oversized``)."""
 MAX_TEXT_LEN: Final = 1000
 """The longest ``reason`` or ``by`` (characters)."""
@@ -39,9 +39,14 @@ S_EXPECTED_UNTIL: Final = "expected_until"
 S_AUTO_RESUME_AT: Final = "auto_resume_at"
 S_RESUME_STAGGER_S: Final = "resume_stagger_s"
 S_CHANGED_AT: Final = "changed_at"
+S_HOLDS: Final = "holds"
+"""JSON object of the fleet's holds keyed by name (see ``replica.contract.holds``)."""
+S_HOLDS_VERSION: Final = "holds_version"
+"""The version the ``holds`` field was written at: holds are trusted only when it equals
+``version`` (a hash written by an older release or by hand keeps ``paused`` in charge)."""
 STATE_FIELDS: Final = (
     S_PAUSED, S_REASON, S_BY, S_SINCE, S_VERSION, S_EXPECTED_UNTIL, S_AUTO_RESUME_AT,
-    S_RESUME_STAGGER_S, S_CHANGED_AT,
+    S_RESUME_STAGGER_S, S_CHANGED_AT, S_HOLDS, S_HOLDS_VERSION,
 )
 S_RESTORED_AT: Final = "restored_at"
 """When the hash was last put back after Redis lost it (ISO; written by the restore script,
@@ -95,6 +100,8 @@ A_REASON: Final = "reason"
 A_BY: Final = "by"
 A_VERSION: Final = "version"
 A_AT: Final = "at"
+A_HOLD: Final = "hold"
+"""The fleet hold a change was about (absent on entries of older releases)."""
 AUDIT_FIELDS: Final = (A_ACTION, A_REASON, A_BY, A_VERSION, A_AT)
 
 # Ack events.

@@ -17,7 +17,7 @@
 -- Returns 1 when it wrote the hash, 0 when the hash already holds a state that wins, 2 when
 -- it kept an older pause and raised its version to ARGV[1] + 1.
 local mine = tonumber(ARGV[1])
-local cur = redis.call('HMGET', KEYS[1], 'version', 'paused')
+local cur = redis.call('HMGET', KEYS[1], 'version', 'paused', 'holds_version')
 if cur[1] or cur[2] then
   local theirs = tonumber(cur[1] or '0') or 0
   if theirs >= mine then return 0 end
@@ -25,6 +25,8 @@ if cur[1] or cur[2] then
   if truthy[string.lower(cur[2] or '0')] and ARGV[2] ~= '1' then
     local raised = tostring(mine + 1)
     redis.call('HSET', KEYS[1], 'version', raised, 'changed_at', ARGV[3], 'restored_at', ARGV[3])
+    -- the holds stay trusted at the raised version (they are the older pause's)
+    if cur[3] and cur[3] == cur[1] then redis.call('HSET', KEYS[1], 'holds_version', raised) end
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*',
       'action', 'restore',
       'reason', 'an older pause (v' .. theirs .. ') was kept and its version raised above v'

@@ -1,5 +1,6 @@
--- fleetgate: change a fleet's state in one atomic step.
--- Bump the version, write the state hash, append to the audit stream, publish the new state.
+-- fleetgate: change a fleet's holds in one atomic step.
+-- Add, update or release a hold, work out the fleet's state from its holds, bump the version,
+-- write the state hash, append to the audit stream, publish the new state.
 --
 -- KEYS[1] fleetgate:{NAME}:state     KEYS[2] fleetgate:{NAME}:audit
 -- KEYS[3] fleetgate:{NAME}:control   KEYS[4] fleetgate:{NAME}:replicas
@@ -9,13 +10,28 @@
 -- ARGV[8] fleet name                 ARGV[9] audit stream cap
 -- ARGV[10] "1" to create the hash even though replicas are registered and it is missing
 -- ARGV[11] prune: replica ids whose last heartbeat (ms) is older than this leave the set ("" keeps all)
+-- ARGV[12] hold name: a pause adds or updates it ("" = "default"); a resume releases it
+--          ("" = the only hold there is)
+-- ARGV[13] "1": a resume releases every hold      ARGV[14] starts_at of a scheduled hold (ISO or "")
+-- ARGV[15] the most holds a fleet may have       ARGV[16] "1": publish with SPUBLISH (a cluster)
+--
+-- The fleet is paused while any hold is active: started (no starts_at, or starts_at <= now)
+-- and not ended (no auto_resume_at, or now < auto_resume_at). Ended holds are dropped. The
+-- hash's `holds` (JSON object keyed by name) is trusted only when `holds_version` equals
+-- `version`; otherwise (an older release, a hand edit) a pause in force reads as hold "default".
+-- `paused`, `reason` (the active holds' reasons), `by` (who made this change), `since` (when
+-- the fleet entered its condition), `expected_until` and `auto_resume_at` (the latest of the
+-- active holds', when each has one) describe the fleet as a whole, for readers of `paused` only.
 --
 -- Returns {"missing"} when the hash is gone while replicas are registered (Redis forgot:
--- restore from the replica records first), {"noop", {field, value, ...}, {id, score, ...}}
--- for a resume of a running fleet, {"ok", {field, value, ...}, {id, score, ...}} after a
--- change: the new state and the registered replicas with their heartbeats, so the caller can
--- wait for them without another round trip. The state's fields include `restored_at` when the
--- hash has one (the restore script's stamp, kept by every change).
+-- restore from the replica records first); {"noop", {field, value, ...}, {id, score, ...}}
+-- for a resume that releases nothing; {"ambiguous", {names}} for a resume without a hold name
+-- while there are several holds; {"unknown", {names}} for a resume of a hold there is not;
+-- {"too_many", {names}} for a pause that would add a hold past ARGV[15]; and
+-- {"ok", {field, value, ...}, {id, score, ...}, audit action} after a change: the new state and
+-- the registered replicas with their heartbeats. The audit action is "pause" (the fleet was
+-- running) or "resume" (it runs now), else "hold_added", "hold_updated", "hold_released",
+-- "hold_scheduled" or "hold_cancelled".
 local cur = redis.call('HGETALL', KEYS[1])
 local h = {}
 for i = 1, #cur, 2 do h[cur[i]] = cur[i + 1] end
@@ -29,6 +45,16 @@ local function flat(t)
   return out
 end
 
+local function s(v)
+  if v == nil or v == cjson.null or type(v) ~= 'string' then return '' end
+  return v
+end
+
+local function opt(v)
+  if v == nil or v == '' then return cjson.null end
+  return v
+end
+
 if #cur == 0 and ARGV[10] ~= '1' and redis.call('ZCARD', KEYS[4]) > 0 then
   return {'missing'}
 end
@@ -38,58 +64,166 @@ if ARGV[11] and ARGV[11] ~= '' then
 end
 
 local truthy = {['1'] = true, ['true'] = true, ['yes'] = true, ['on'] = true}
-local raw_paused = truthy[string.lower(h['paused'] or '0')] == true
 local now = ARGV[4]
-local paused = raw_paused
-local ara = h['auto_resume_at'] or ''
--- a pause whose auto-resume time has passed is over (canonical ISO strings sort as times)
-if paused and ara ~= '' and ara <= now then paused = false end
 local version = tonumber(h['version'] or '0') or 0
 
-local action = ARGV[1]
-local new = {}
-if action == 'pause' then
-  local since = now
-  if paused and h['since'] and h['since'] ~= '' then since = h['since'] end
-  new = {
-    paused = '1', reason = ARGV[2], by = ARGV[3], since = since,
-    expected_until = ARGV[5], auto_resume_at = ARGV[6], resume_stagger_s = ARGV[7],
-  }
-elseif action == 'resume' then
-  if not raw_paused then
-    return {'noop', cur, redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')}
+local function started(hold) return s(hold.starts_at) == '' or s(hold.starts_at) <= now end
+local function ended(hold) return s(hold.auto_resume_at) ~= '' and s(hold.auto_resume_at) <= now end
+local function active(hold) return started(hold) and not ended(hold) end
+
+-- the holds before this change
+local holds = nil
+if h['holds'] and h['holds_version'] == tostring(version) then
+  local ok, decoded = pcall(cjson.decode, h['holds'])
+  if ok and type(decoded) == 'table' then holds = decoded end
+end
+if holds == nil then
+  holds = {}
+  local ara = h['auto_resume_at'] or ''
+  if truthy[string.lower(h['paused'] or '0')] and not (ara ~= '' and ara <= now) then
+    holds['default'] = {
+      reason = h['reason'] or '', by = h['by'] or '', since = opt(h['since'] or ''),
+      expected_until = opt(h['expected_until'] or ''), auto_resume_at = opt(ara),
+      starts_at = cjson.null,
+    }
   end
-  new = {
-    paused = '0', reason = '', by = ARGV[3], since = now,
-    expected_until = '', auto_resume_at = '', resume_stagger_s = ARGV[7],
+end
+local was_paused = false
+local names = {}
+for name, hold in pairs(holds) do
+  if type(hold) ~= 'table' then
+    holds[name] = nil
+  elseif ended(hold) then
+    holds[name] = nil
+  else
+    names[#names + 1] = name
+    if active(hold) then was_paused = true end
+  end
+end
+table.sort(names)
+
+local action = ARGV[1]
+local name = ARGV[12] or ''
+local event = ''
+local scheduled = (ARGV[14] or '') ~= '' and ARGV[14] > now
+if action == 'pause' then
+  if name == '' then name = 'default' end
+  local old = holds[name]
+  if old == nil and #names >= (tonumber(ARGV[15]) or 20) then
+    return {'too_many', names}
+  end
+  local since = now
+  if scheduled then
+    since = ARGV[14]
+  elseif old ~= nil and active(old) and s(old.since) ~= '' then
+    since = s(old.since)
+  end
+  holds[name] = {
+    reason = ARGV[2], by = ARGV[3], since = since, expected_until = opt(ARGV[5]),
+    auto_resume_at = opt(ARGV[6]), starts_at = opt(scheduled and ARGV[14] or ''),
   }
+  if scheduled then event = 'hold_scheduled'
+  elseif not was_paused then event = 'pause'
+  elseif old ~= nil and active(old) then event = 'hold_updated'
+  else event = 'hold_added' end
+elseif action == 'resume' then
+  local released = nil
+  if ARGV[13] == '1' then
+    if #names == 0 then return {'noop', cur, redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')} end
+    holds = {}
+    name = table.concat(names, ',')
+  elseif name == '' then
+    if #names == 0 then return {'noop', cur, redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')} end
+    if #names > 1 then return {'ambiguous', names} end
+    name = names[1]
+    released = holds[name]
+    holds[name] = nil
+  else
+    if holds[name] == nil then return {'unknown', names} end
+    released = holds[name]
+    holds[name] = nil
+  end
+  if released ~= nil and not active(released) then event = 'hold_cancelled' else event = 'hold_released' end
+  if ARGV[13] == '1' and not was_paused then event = 'hold_cancelled' end
 else
   return redis.error_reply('ERR fleetgate: unknown action ' .. tostring(action))
 end
 
+-- the fleet as a whole, from the holds after this change
+local paused = false
+local reasons = {}
+local expected, auto = '', ''
+local all_expected, all_auto = true, true
+local after = {}
+for n, _ in pairs(holds) do after[#after + 1] = n end
+table.sort(after)
+local nactive = 0
+for _, n in ipairs(after) do
+  local hold = holds[n]
+  if active(hold) then
+    paused = true
+    nactive = nactive + 1
+    reasons[#reasons + 1] = n .. ': ' .. s(hold.reason)
+    if s(hold.expected_until) == '' then all_expected = false
+    elseif s(hold.expected_until) > expected then expected = s(hold.expected_until) end
+    if s(hold.auto_resume_at) == '' then all_auto = false
+    elseif s(hold.auto_resume_at) > auto then auto = s(hold.auto_resume_at) end
+  end
+end
+if not all_expected then expected = '' end
+if not all_auto then auto = '' end
+local reason = ''
+if nactive == 1 then
+  for _, n in ipairs(after) do
+    if active(holds[n]) then reason = s(holds[n].reason) end
+  end
+elseif nactive > 1 then
+  reason = table.concat(reasons, '; ')
+end
+if string.len(reason) > 1000 then reason = string.sub(reason, 1, 997) .. '...' end
+if action == 'resume' and not paused and was_paused then event = 'resume' end
+if action == 'pause' and paused and not was_paused and not scheduled then event = 'pause' end
+
+local since = now
+if paused == was_paused and h['since'] and h['since'] ~= '' then since = h['since'] end
+
 version = version + 1
-new['version'] = tostring(version)
-new['changed_at'] = now
+local holds_json = cjson.encode(holds)
+if next(holds) == nil then holds_json = '{}' end
+local new = {
+  paused = paused and '1' or '0', reason = reason, by = ARGV[3], since = since,
+  expected_until = expected, auto_resume_at = auto, resume_stagger_s = ARGV[7],
+  version = tostring(version), changed_at = now, holds = holds_json,
+  holds_version = tostring(version),
+}
 if h['restored_at'] then new['restored_at'] = h['restored_at'] end
 redis.call('HSET', KEYS[1], unpack(flat(new)))
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[9], '*',
-  'action', action, 'reason', ARGV[2], 'by', ARGV[3], 'version', tostring(version), 'at', now)
-
-local function opt(s)
-  if s == nil or s == '' then return cjson.null end
-  return s
+local audit = {'action', event, 'hold', name, 'reason', ARGV[2], 'by', ARGV[3],
+  'version', tostring(version), 'at', now}
+if action == 'pause' and scheduled then
+  audit[#audit + 1] = 'starts_at'
+  audit[#audit + 1] = ARGV[14]
 end
-local message = cjson.encode({
-  fleet = ARGV[8],
-  paused = new['paused'] == '1',
-  reason = new['reason'],
-  by = new['by'],
-  since = new['since'],
-  version = version,
-  expected_until = opt(new['expected_until']),
-  auto_resume_at = opt(new['auto_resume_at']),
-  resume_stagger_s = tonumber(new['resume_stagger_s']) or 0,
-  changed_at = now,
-})
-redis.call('PUBLISH', KEYS[3], message)
-return {'ok', flat(new), redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')}
+if action == 'pause' and ARGV[6] ~= '' then
+  audit[#audit + 1] = 'auto_resume_at'
+  audit[#audit + 1] = ARGV[6]
+end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[9], '*', unpack(audit))
+
+local message = '{"fleet":' .. cjson.encode(ARGV[8])
+  .. ',"paused":' .. (paused and 'true' or 'false')
+  .. ',"reason":' .. cjson.encode(reason)
+  .. ',"by":' .. cjson.encode(ARGV[3])
+  .. ',"since":' .. cjson.encode(since)
+  .. ',"version":' .. tostring(version)
+  .. ',"expected_until":' .. cjson.encode(opt(expected))
+  .. ',"auto_resume_at":' .. cjson.encode(opt(auto))
+  .. ',"resume_stagger_s":' .. cjson.encode(tonumber(ARGV[7]) or 0)
+  .. ',"changed_at":' .. cjson.encode(now)
+  .. ',"holds":' .. holds_json .. '}'
+if ARGV[16] == '1' then
+  redis.call('SPUBLISH', KEYS[3], message)
+else
+  redis.call('PUBLISH', KEYS[3], message)
+end
+return {'ok', flat(new), redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES'), event}

@@ -12,6 +12,18 @@ from datetime import datetime
 from typing import Any
 
 from replica.contract.clock import format_time, now_utc, parse_time
+from replica.contract.holds import (
+    DEFAULT_HOLD,
+    Hold,
+    Holds,
+    holds_field_error,
+    holds_from_json,
+    holds_from_object,
+    holds_to_dict,
+    holds_to_json,
+    next_transition,
+    running_since,
+)
 from replica.contract.names import (
     _FALSY,
     _TRUTHY,
@@ -23,6 +35,8 @@ from replica.contract.names import (
     S_BY,
     S_CHANGED_AT,
     S_EXPECTED_UNTIL,
+    S_HOLDS,
+    S_HOLDS_VERSION,
     S_PAUSED,
     S_REASON,
     S_RESUME_STAGGER_S,
@@ -40,6 +54,11 @@ class FleetState:
     ``since`` is when the fleet entered its current condition (paused or running); a pause of a
     paused fleet keeps it. ``changed_at`` is when this version was written. ``version`` grows by
     one with every change; 0 means the fleet was never paused.
+
+    ``holds`` are the fleet's named pauses (see ``replica.contract.holds``): when they are
+    known (not None) the fleet is paused at a time exactly when one of them is active then, and
+    ``paused``, ``reason``, ``since``... describe the fleet as a whole when the state was
+    written. None means a state written by an older release or by hand: ``paused`` rules.
     """
 
     fleet: str
@@ -52,6 +71,7 @@ class FleetState:
     auto_resume_at: datetime | None = None
     resume_stagger_s: float = 0.0
     changed_at: datetime | None = None
+    holds: Holds | None = None
 
     @classmethod
     def initial(cls, fleet: str) -> FleetState:
@@ -61,18 +81,58 @@ class FleetState:
     # -- derived
 
     def auto_resumed(self, now: datetime | None = None) -> bool:
-        """True when this is a pause whose ``auto_resume_at`` has passed."""
-        if not self.paused or self.auto_resume_at is None:
+        """True when this was written paused and no pause is in force at ``now`` any more
+        (``auto_resume_at`` passed; with holds: every active one ended by itself)."""
+        if not self.paused:
             return False
-        return (now or now_utc()) >= self.auto_resume_at
+        now = now or now_utc()
+        if self.holds is not None:
+            return not any(h.active(now) for h in self.holds)
+        return self.auto_resume_at is not None and now >= self.auto_resume_at
 
     def effectively_paused(self, now: datetime | None = None) -> bool:
-        """Paused, and not past its ``auto_resume_at``."""
+        """Whether the fleet is paused at ``now``: with holds, whether one of them is active
+        then (a scheduled one may have started); else paused and not past ``auto_resume_at``."""
+        now = now or now_utc()
+        if self.holds is not None:
+            return any(h.active(now) for h in self.holds)
         return self.paused and not self.auto_resumed(now)
 
-    def resume_start(self) -> datetime | None:
+    def active_holds(self, now: datetime | None = None) -> Holds:
+        """The holds in force at ``now`` (a legacy pause reads as one hold, ``default``)."""
+        now = now or now_utc()
+        return tuple(h for h in self.effective_holds() if h.active(now))
+
+    def effective_holds(self) -> Holds:
+        """The holds, or for a state without them (older release, by hand) the pause as one
+        hold named ``default`` (none when running)."""
+        if self.holds is not None:
+            return self.holds
+        if not self.paused:
+            return ()
+        return (Hold(DEFAULT_HOLD, self.reason, self.by, self.since, self.expected_until,
+                     self.auto_resume_at),)
+
+    def next_transition(self, now: datetime | None = None) -> datetime | None:
+        """The first time after ``now`` when the fleet may go from paused to running or back by
+        itself (a hold starting or ending), or None."""
+        now = now or now_utc()
+        if self.holds is not None:
+            return next_transition(self.holds, now)
+        if self.paused and self.auto_resume_at is not None and self.auto_resume_at > now:
+            return self.auto_resume_at
+        return None
+
+    def resume_start(self, now: datetime | None = None) -> datetime | None:
         """When pools should start resuming (before any stagger offset): ``since`` of a running
-        state, ``auto_resume_at`` of a pause that ends by itself, None for an open-ended pause."""
+        state, ``auto_resume_at`` of a pause that ends by itself, None for an open-ended pause.
+        With holds and ``now``: when the fleet last stopped being paused, before ``now``."""
+        if self.holds is not None and now is not None and not self.effectively_paused(now):
+            ended = running_since(self.holds, now)
+            start = None if self.paused else self.since
+            if ended is not None and (start is None or ended > start):
+                return ended
+            return start
         if self.paused:
             return self.auto_resume_at
         return self.since
@@ -87,6 +147,7 @@ class FleetState:
             and self.expected_until == other.expected_until
             and self.auto_resume_at == other.auto_resume_at
             and self.resume_stagger_s == other.resume_stagger_s
+            and self.holds == other.holds
         )
 
     # -- conversions
@@ -104,6 +165,7 @@ class FleetState:
             "auto_resume_at": format_time(self.auto_resume_at) or None,
             "resume_stagger_s": self.resume_stagger_s,
             "changed_at": format_time(self.changed_at) or None,
+            "holds": None if self.holds is None else holds_to_dict(self.holds),
         }
 
     def to_json(self) -> str:
@@ -113,7 +175,7 @@ class FleetState:
     def to_hash(self) -> dict[str, str]:
         """The fields of the state hash."""
         stagger = self.resume_stagger_s
-        return {
+        fields = {
             S_PAUSED: "1" if self.paused else "0",
             S_REASON: self.reason,
             S_BY: self.by,
@@ -124,6 +186,10 @@ class FleetState:
             S_RESUME_STAGGER_S: str(int(stagger)) if stagger == int(stagger) else repr(stagger),
             S_CHANGED_AT: format_time(self.changed_at),
         }
+        if self.holds is not None:
+            fields[S_HOLDS] = holds_to_json(self.holds)
+            fields[S_HOLDS_VERSION] = str(self.version)
+        return fields
 
     @classmethod
     def from_hash(cls, fleet: str, mapping: Mapping[Any, Any]) -> FleetState:
@@ -147,6 +213,9 @@ class FleetState:
             if version < 0:
                 raise ContractError(f"version is {version}")
             stagger = _stagger(float(h.get(S_RESUME_STAGGER_S, "").strip() or "0"))
+            holds: Holds | None = None
+            if S_HOLDS in h and h.get(S_HOLDS_VERSION, "").strip() == str(version):
+                holds = holds_from_json(h[S_HOLDS])
             return cls(
                 fleet=fleet,
                 paused=paused,
@@ -158,6 +227,7 @@ class FleetState:
                 auto_resume_at=parse_time(h.get(S_AUTO_RESUME_AT)),
                 resume_stagger_s=stagger,
                 changed_at=parse_time(h.get(S_CHANGED_AT)),
+                holds=holds,
             )
         except (ContractError, ValueError) as exc:
             raise InvalidMessage("bad_state", f"{fleet}: {exc}") from None
@@ -191,6 +261,12 @@ class FleetState:
             stagger_s = _stagger(float(stagger))
         except ContractError:
             raise InvalidMessage("bad_field", "resume_stagger_s") from None
+        holds: Holds | None = None
+        if data.get("holds") is not None:
+            try:
+                holds = holds_from_object(data["holds"])
+            except ContractError as exc:
+                raise holds_field_error(exc) from None
         return cls(
             fleet=name,
             paused=paused,
@@ -202,6 +278,7 @@ class FleetState:
             auto_resume_at=_time_field(data, "auto_resume_at"),
             resume_stagger_s=stagger_s,
             changed_at=_time_field(data, "changed_at"),
+            holds=holds,
         )
 
     @classmethod
