@@ -163,7 +163,7 @@ def test_status_json_has_the_documented_shape(
     kit: ReplicaThread, capsys: pytest.CaptureFixture[str], fleet_name: str
 ) -> None:
     assert run(capsys, "pause", "--reason", "shape", "--by", "carol", "--wait")[0] == 0
-    code, out, _ = run(capsys, "status", "--json")
+    code, out, _ = run(capsys, "status", "--json", "--all")
     assert code == 0
     body = json.loads(out)
     assert set(body) == {"fleet", "state", "replicas", "summary"}
@@ -197,7 +197,7 @@ def test_status_shows_a_readable_table(
 def test_status_of_a_fleet_nobody_paused_is_running_with_no_replicas(
     env: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run(capsys, "status", "--json")
+    code, out, _ = run(capsys, "status", "--json", "--all")
     assert code == 0
     body = json.loads(out)
     assert body["state"]["paused"] is False and body["state"]["version"] == 0

@@ -111,7 +111,7 @@ def test_the_cli_status_pause_wait_and_resume_wait_succeed_despite_a_bad_member(
             client.set(f"{keys.prefix}:replica:imposter-1", "not a hash")
             client.zadd(keys.replicas, {"imposter-1": _now_ms()})
         common = ["--redis-url", redis_url, "--fleet", fleet_name]
-        assert main([*common, "status", "--json"]) == 0
+        assert main([*common, "status", "--json", "--all"]) == 0
         shown = json.loads(capsys.readouterr().out)
         assert sorted(r["id"] for r in shown["replicas"]) == ["r1", "r2", "r3"]
         code = main([*common, "pause", "--reason", "bad member", "--by", "t", "--wait", "--json"])

@@ -1,15 +1,21 @@
 """The commands that read the fleet: ``status`` (``Fleet.status()``: the state, every replica
 and the count of entries that cannot be read; once or ``--watch``) and ``history`` (the audit
 trail). Both print stored text through ``coordinator.render``, which shows it as text (no
-markup, no control characters)."""
+markup, no control characters).
+
+``status`` prints the summary and at most ``STATUS_ROWS`` (20) replica rows, those that need
+attention first; ``--json`` the summary shape (``FleetSummary.to_dict()``, as
+``GET /api/fleets/{name}``). ``--all`` prints every row, and with ``--json`` the status shape
+(every replica, as ``GET /api/fleet``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.console import RenderableType
 
 from coordinator import render
 from coordinator.cli.exits import EXIT_OK
@@ -18,6 +24,7 @@ from coordinator.cli.output import console, emit_json
 from coordinator.cli.runner import run_with_fleet
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import AuditEvent, FleetStatus
+from coordinator.fleet.summary import summarize
 from replica.service.shutdown import Interrupted
 
 
@@ -28,22 +35,36 @@ def status(
         float, typer.Option("--interval", min=0.1, max=3600, help="Seconds between --watch refreshes.")
     ] = 1.0,
     json_out: JsonOption = False,
+    every: Annotated[bool, typer.Option(
+        "--all", help="Every replica's row (with --json: every record, the shape of GET /api/fleet).",
+    )] = False,
     redis_url: UrlOption = None,
     fleet: FleetOption = None,
 ) -> None:
-    """The fleet's state and every replica: paused or running, reason, by, since, age."""
+    """The fleet's state, its summary and the replicas that need attention (--all: every one)."""
     g: Globals = ctx.obj
     settings = g.settings(redis_url=redis_url, fleet=fleet)
+    max_pause = settings.max_pause
 
     async def read(fleet: Fleet) -> FleetStatus:
         return await fleet.status()
 
+    def as_json(st: FleetStatus) -> dict[str, Any]:
+        if every:
+            return render.fleet_status_dict(st, max_pause=max_pause)
+        return summarize(st, max_pause=max_pause).to_dict()
+
+    def as_text(st: FleetStatus) -> RenderableType:
+        if every:
+            return render.fleet_status_renderable(st, max_pause=max_pause)
+        return render.summary_renderable(st, summarize(st, max_pause=max_pause))
+
     if not watch:
         st = run_with_fleet(settings, read)
         if json_out:
-            emit_json(render.fleet_status_dict(st, max_pause=settings.max_pause))
+            emit_json(as_json(st))
         else:
-            console().print(render.fleet_status_renderable(st, max_pause=settings.max_pause))
+            console().print(as_text(st))
         return
 
     async def watch_loop(fleet: Fleet) -> None:
@@ -51,13 +72,12 @@ def status(
 
         if json_out:
             while True:
-                emit_json(render.fleet_status_dict(await read(fleet), max_pause=settings.max_pause),
-                          compact=True)
+                emit_json(as_json(await read(fleet)), compact=True)
                 await asyncio.sleep(interval)
         with Live(console=console(), auto_refresh=False, screen=False) as live:
             while True:
                 st = await read(fleet)
-                live.update(render.fleet_status_renderable(st, max_pause=settings.max_pause))
+                live.update(as_text(st))
                 live.refresh()
                 await asyncio.sleep(interval)
 

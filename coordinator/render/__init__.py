@@ -47,6 +47,8 @@ from coordinator.render.status import (
     status_dict,
     status_renderable,
     summary,
+    summary_renderable,
+    summary_rows,
     unacknowledged,
     unreadable_line,
 )
@@ -73,6 +75,8 @@ __all__ = [
     "status_renderable",
     "stragglers_line",
     "summary",
+    "summary_renderable",
+    "summary_rows",
     "unacknowledged",
     "unreadable_line",
     "wait_table",

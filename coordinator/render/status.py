@@ -4,7 +4,7 @@ the human view (``banner``, ``replica_table``, ``status_renderable``). See ``coo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -14,62 +14,23 @@ from rich.text import Text
 
 from coordinator.durations import format_age
 from coordinator.fleet.models import FleetStatus, ReplicaInfo
+from coordinator.fleet.summary import (
+    DEFAULT_MAX_PAUSE_S,
+    REPLICA_STATES,
+    FleetSummary,
+    ack_lag_s,
+    is_overdue,
+    pause_age_s,
+    replica_state,
+    source_stopped,
+    summarize,
+    unacknowledged,
+)
 from coordinator.render.text import cell, printable, short_age
 from replica.contract import FleetState, format_time, now_utc
 
-REPLICA_STATES: Final = ("running", "paused", "quiet", "stale")
-DEFAULT_MAX_PAUSE_S: Final = 1800.0
-
-def replica_state(replica: ReplicaInfo) -> str:
-    """``stale``, ``quiet``, ``paused`` or ``running``: one per replica, in that precedence."""
-    if replica.stale:
-        return "stale"
-    if replica.quiet:
-        return "quiet"
-    if replica.paused:
-        return "paused"
-    return "running"
-
-
-def pause_age_s(state: FleetState, now: datetime | None = None) -> float | None:
-    """How long the fleet has been paused (None while it runs)."""
-    now = now or now_utc()
-    if not state.effectively_paused(now) or state.since is None:
-        return None
-    return max(0.0, (now - state.since).total_seconds())
-
-
-def is_overdue(
-    state: FleetState, now: datetime | None = None, max_pause: float = DEFAULT_MAX_PAUSE_S
-) -> bool:
-    """A pause past its ``expected_until``, or past ``max_pause`` seconds without a window."""
-    now = now or now_utc()
-    age = pause_age_s(state, now)
-    if age is None:
-        return False
-    if state.expected_until is not None:
-        return now > state.expected_until
-    return age > max_pause
-
-
-def unacknowledged(state: FleetState, replicas: Iterable[ReplicaInfo]) -> list[ReplicaInfo]:
-    """Live replicas that have not applied the fleet's current version."""
-    return [r for r in replicas if not r.stale and r.applied_version < state.version]
-
-
-def ack_lag_s(
-    replica: ReplicaInfo, state: FleetState, now: datetime | None = None
-) -> tuple[float | None, bool]:
-    """``(seconds, acknowledged)``: how long the replica took to apply the current version, or
-    how long it has been behind it (None when the times are unknown)."""
-    changed = state.changed_at
-    if replica.applied_version >= state.version:
-        if changed is None or replica.applied_at is None:
-            return None, True
-        return max(0.0, (replica.applied_at - changed).total_seconds()), True
-    if changed is None:
-        return None, False
-    return max(0.0, ((now or now_utc()) - changed).total_seconds()), False
+STATUS_ROWS: Final = 20
+"""The most replica rows ``fleetgate status`` prints without ``--all``."""
 
 
 def summary(
@@ -79,25 +40,9 @@ def summary(
     max_pause: float = DEFAULT_MAX_PAUSE_S,
     unreadable: int = 0,
 ) -> dict[str, Any]:
-    """The ``summary`` object of the status shape."""
-    now = now or now_utc()
-    counts = dict.fromkeys(REPLICA_STATES, 0)
-    for r in replicas:
-        counts[replica_state(r)] += 1
-    live = [r for r in replicas if not r.stale]
-    return {
-        "replicas": len(replicas),
-        **counts,
-        "live": len(live),
-        "unacknowledged": len(unacknowledged(state, replicas)),
-        "in_flight": sum(r.in_flight for r in live),
-        "queued": sum(r.queued for r in live),
-        "unreadable": unreadable,
-        "effectively_paused": state.effectively_paused(now),
-        "pause_age_s": _round(pause_age_s(state, now)),
-        "overdue": is_overdue(state, now, max_pause),
-        "now": format_time(now),
-    }
+    """The ``summary`` object of the status shape (``FleetSummary.counts()``)."""
+    status = FleetStatus(state=state, replicas=list(replicas), unreadable=unreadable)
+    return summarize(status, now, max_pause).counts()
 
 
 def status_dict(
@@ -123,18 +68,21 @@ def fleet_status_dict(
     return status_dict(status.state, status.replicas, now, max_pause, status.unreadable)
 
 
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
-
-
 def _time_and_age(dt: datetime | None, now: datetime) -> str:
     if dt is None:
         return "-"
     return f"{format_time(dt)} ({format_age((now - dt).total_seconds())} ago)"
 
 
-def banner(state: FleetState, replicas: Sequence[ReplicaInfo], now: datetime, max_pause: float) -> Text:
-    """One or two lines: PAUSED/RUNNING, reason, by, since and age, window, counts."""
+def banner(
+    state: FleetState,
+    replicas: Sequence[ReplicaInfo],
+    now: datetime,
+    max_pause: float,
+    counts: dict[str, Any] | None = None,
+) -> Text:
+    """One or two lines: PAUSED/RUNNING, reason, by, since and age, window, counts (``counts``:
+    a summary's, when already made; else counted from ``replicas``)."""
     line = Text()
     paused = state.effectively_paused(now)
     overdue = is_overdue(state, now, max_pause)
@@ -158,41 +106,52 @@ def banner(state: FleetState, replicas: Sequence[ReplicaInfo], now: datetime, ma
             line.append(f" ({format_age((now - state.since).total_seconds())})")
         if state.by:
             line.append(f"  last change by {printable(state.by)}")
-    s = summary(state, replicas, now, max_pause)
+    s = counts if counts is not None else summary(state, replicas, now, max_pause)
     line.append(
         f"\nversion {state.version}  replicas {s['replicas']}: {s['running']} running, "
         f"{s['paused']} pausing, {s['quiet']} quiet, {s['stale']} stale; "
         f"{s['unacknowledged']} unacknowledged; {s['in_flight']} in flight, {s['queued']} queued"
     )
+    if s.get("paused_while_running"):
+        line.append(f"; {s['paused_while_running']} paused while the fleet runs", style="yellow")
+    if s.get("slowest_acks"):
+        slowest = s["slowest_acks"][0]
+        line.append(f"\nslowest acknowledgement of v{state.version}: {printable(slowest['id'])} "
+                    f"{short_age(slowest['ack_s'])}")
     return line
 
 
-def _source_stopped(replica: ReplicaInfo) -> bool:
-    """The replica service reports (record field ``source``) that its work source stopped."""
-    return replica.extra.get("source", "").startswith("stopped")
-
-
 def replica_table(
-    state: FleetState, replicas: Sequence[ReplicaInfo], now: datetime
+    state: FleetState,
+    replicas: Sequence[ReplicaInfo],
+    now: datetime,
+    whys: Mapping[str, Sequence[str]] | None = None,
 ) -> Table:
+    """One row per replica; with ``whys``, a column saying why each one needs attention."""
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for name in ("replica", "state", "version", "in flight", "queued", "last heartbeat", "ack lag", "host"):
+    names = ["replica", "state", "version", "in flight", "queued", "last heartbeat", "ack lag", "host"]
+    if whys is not None:
+        names.append("needs attention")
+    for name in names:
         table.add_column(name, justify="right" if name in ("in flight", "queued") else "left")
     for r in replicas:
         st = replica_state(r)
         lag, acked = ack_lag_s(r, state, now)
         version = f"v{r.applied_version}" + ("" if r.applied_version >= state.version else " (behind)")
-        table.add_row(
+        row = [
             cell(r.id),
             cell(st, style={"stale": "red", "quiet": "cyan", "paused": "yellow"}.get(st, "green"))
-            if not _source_stopped(r) else cell(f"{st}, source stopped", style="bold red"),
+            if not source_stopped(r) else cell(f"{st}, source stopped", style="bold red"),
             cell(version),
             cell(r.in_flight),
             cell(r.queued),
             cell(_time_and_age(r.heartbeat_at, now)),
             cell((short_age(lag) if acked else f"waiting {format_age(lag)}") if lag is not None else "-"),
             cell(r.host or "-"),
-        )
+        ]
+        if whys is not None:
+            row.append(cell(", ".join(whys.get(r.id, ())) or "-", style="yellow"))
+        table.add_row(*row)
     return table
 
 
@@ -210,6 +169,7 @@ def status_renderable(
     max_pause: float = DEFAULT_MAX_PAUSE_S,
     unreadable: int = 0,
 ) -> RenderableType:
+    """The banner and every replica's row (``fleetgate status --all``)."""
     now = now or now_utc()
     parts: list[RenderableType] = [banner(state, replicas, now, max_pause)]
     if replicas:
@@ -228,8 +188,48 @@ def fleet_status_renderable(
     return status_renderable(status.state, status.replicas, now, max_pause, status.unreadable)
 
 
+def summary_rows(
+    status: FleetStatus, fs: FleetSummary, rows: int = STATUS_ROWS
+) -> list[ReplicaInfo]:
+    """At most ``rows`` replicas: those that need attention first (most urgent first), then
+    the others by id."""
+    picked = [a.replica for a in fs.figures.attention[:rows]]
+    seen = {r.id for r in picked}
+    for r in status.replicas:
+        if len(picked) >= rows:
+            break
+        if r.id not in seen:
+            picked.append(r)
+    return picked
+
+
+def summary_renderable(
+    status: FleetStatus, fs: FleetSummary, rows: int = STATUS_ROWS
+) -> RenderableType:
+    """``fleetgate status``: the banner, at most ``rows`` replica rows (problem ones first,
+    with why) and a line saying how many more there are."""
+    counts = fs.counts()
+    parts: list[RenderableType] = [banner(status.state, status.replicas, fs.now, fs.max_pause, counts)]
+    shown = summary_rows(status, fs, rows)
+    whys = {a.replica.id: a.why for a in fs.figures.attention}
+    if shown:
+        parts.append(replica_table(status.state, shown, fs.now, whys if whys else None))
+    else:
+        parts.append(Text("no replica has reported", style="italic"))
+    total = len(status.replicas)
+    if total > len(shown):
+        need = fs.figures.attention_total
+        parts.append(Text(
+            f"{len(shown)} of {total} replicas shown ({need} need{'s' if need == 1 else ''} "
+            "attention); --all for every row", style="italic"))
+    if status.unreadable:
+        parts.append(Text(unreadable_line(status.unreadable), style="yellow"))
+    return Group(*parts)
+
+
 __all__ = [
-    "DEFAULT_MAX_PAUSE_S", "REPLICA_STATES", "ack_lag_s", "banner", "fleet_status_dict",
-    "fleet_status_renderable", "is_overdue", "pause_age_s", "replica_state", "replica_table",
-    "status_dict", "status_renderable", "summary", "unacknowledged", "unreadable_line"
+    "DEFAULT_MAX_PAUSE_S", "REPLICA_STATES", "STATUS_ROWS", "ack_lag_s", "banner",
+    "fleet_status_dict", "fleet_status_renderable", "is_overdue", "pause_age_s", "replica_state",
+    "replica_table", "status_dict", "status_renderable", "summary", "summary_renderable",
+    "summary_rows", "unacknowledged", "unreadable_line"
 ]
