@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from coordinator.settings import CoordinatorSettings
-from coordinator.web.auth import Operator, Role, TokenStore, bearer_token, load_tokens_file
+from coordinator.web.auth import (
+    Operator,
+    Role,
+    TokenEntry,
+    TokenStore,
+    bearer_token,
+    load_tokens_file,
+)
 from replica.errors import ConfigError
 
 ADMIN = "admin-token-0123456789"
@@ -65,15 +72,15 @@ def test_a_json_tokens_file_names_several_operators(tmp_path: Path) -> None:
 def test_a_json_object_tokens_file_takes_names_from_its_keys(tmp_path: Path) -> None:
     path = tmp_path / "tokens.json"
     path.write_text(json.dumps({"bob": {"token": "bob-token-0123456789"}}))
-    assert load_tokens_file(path) == [("bob", "bob-token-0123456789", Role.ADMIN)]
+    assert load_tokens_file(path) == [TokenEntry("bob", "bob-token-0123456789", Role.ADMIN)]
 
 
 def test_a_line_tokens_file_reads_name_token_and_optional_role(tmp_path: Path) -> None:
     path = tmp_path / "tokens"
     path.write_text("# operators\n\nalice:alice-token-0123456789\nbot:bot-token-0123456789:view\n")
     assert load_tokens_file(path) == [
-        ("alice", "alice-token-0123456789", Role.ADMIN),
-        ("bot", "bot-token-0123456789", Role.VIEW),
+        TokenEntry("alice", "alice-token-0123456789", Role.ADMIN),
+        TokenEntry("bot", "bot-token-0123456789", Role.VIEW),
     ]
 
 
@@ -87,6 +94,12 @@ def test_a_line_tokens_file_reads_name_token_and_optional_role(tmp_path: Path) -
         ("[{", "is not valid JSON"),
         ("a:same-token-0123456789\nb:same-token-0123456789\n", "have the same token"),
         ("a:has space\n", "without spaces"),
+        ("a:a-token-0123456789:view:orders,Bad Name\n", "line 1: fleets: 'Bad Name' is not a fleet"),
+        ("a:a-token-0123456789:view:,\n", "line 1: fleets is empty"),
+        ("a:b:c:d:e\n", "line 1: expected name:token"),
+        ('[{"name": "a", "token": "a-token-0123456789", "fleets": "orders"}]', "fleets must be a list"),
+        ('[{"name": "a", "token": "a-token-0123456789", "fleets": []}]', "entry 0: fleets is empty"),
+        ('[{"name": "a", "token": "a-token-0123456789", "fleets": ["../x"]}]', "is not a fleet name"),
     ],
 )
 def test_a_bad_tokens_file_is_a_config_error_naming_the_place(
@@ -144,3 +157,27 @@ def test_an_operator_name_that_could_not_be_a_by_is_refused_without_echoing_it(
     if name.strip():
         assert name.strip() not in str(caught.value)
 
+
+
+def test_a_tokens_file_entry_may_limit_its_token_to_some_fleets(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    path.write_text(json.dumps([
+        {"name": "orders-oncall", "token": "orders-token-0123456789", "role": "admin",
+         "fleets": ["orders", "orders-eu"]},
+        {"name": "alice", "token": "alice-token-0123456789"},
+    ]))
+    store = TokenStore.from_settings(settings(tokens_file=str(path)))
+    limited = store.authenticate("orders-token-0123456789")
+    assert limited == Operator("orders-oncall", Role.ADMIN, frozenset({"orders", "orders-eu"}))
+    assert limited.may_use("orders") and limited.may_use("orders-eu")
+    assert not limited.may_use("email")
+    everyone = store.authenticate("alice-token-0123456789")
+    assert everyone is not None and everyone.fleets is None and everyone.may_use("email")
+
+
+def test_a_line_of_the_tokens_file_may_limit_its_token_to_some_fleets(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text("dash:dash-token-0123456789:view:orders, email\n")
+    assert load_tokens_file(path) == [
+        TokenEntry("dash", "dash-token-0123456789", Role.VIEW, frozenset({"orders", "email"}))
+    ]

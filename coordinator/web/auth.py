@@ -7,7 +7,10 @@ several named operators, either JSON::
     [{"name": "alice", "token": "...", "role": "admin"}, {"name": "grafana", "token": "...", "role": "view"}]
 
 (or ``{"alice": {"token": "...", "role": "admin"}, ...}``), or lines of ``name:token`` (role
-admin) or ``name:token:role``; blank lines and ``#`` comments are skipped.
+admin), ``name:token:role`` or ``name:token:role:fleet,fleet``; blank lines and ``#`` comments
+are skipped. An entry's ``fleets`` (a JSON list of fleet names, or the line's fourth field)
+limits its token to those fleets (``Operator.may_use``); without it the token may act on every
+fleet. The API answers 403 to a token used on a fleet it is not given.
 
 A presented token is compared with every configured token by ``hmac.compare_digest`` (no early
 exit, so the time taken does not say which token came close). An admin may read and write; a
@@ -24,9 +27,10 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from coordinator.settings import CoordinatorSettings
+from replica.contract import validate_fleet
 from replica.contract.reasons import check_by
 from replica.errors import ConfigError, ContractError
 
@@ -44,14 +48,29 @@ class Role(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Operator:
-    """The caller, as the audit trail names it."""
+    """The caller, as the audit trail names it. ``fleets``: the fleets its token is limited
+    to (None: every fleet)."""
 
     name: str
     role: Role
+    fleets: frozenset[str] | None = None
 
     @property
     def can_write(self) -> bool:
         return self.role is Role.ADMIN
+
+    def may_use(self, fleet: str) -> bool:
+        """Whether this operator's token may read (and, if admin, change) ``fleet``."""
+        return self.fleets is None or fleet in self.fleets
+
+
+class TokenEntry(NamedTuple):
+    """One configured token: who, the token, the role, and the fleets it is limited to."""
+
+    name: str
+    token: str
+    role: Role
+    fleets: frozenset[str] | None = None
 
 
 ANONYMOUS: Final = Operator("anonymous", Role.ADMIN)
@@ -67,15 +86,16 @@ class _Entry:
 class TokenStore:
     """The configured tokens. ``authenticate(token)`` returns the operator or None."""
 
-    def __init__(self, entries: Iterable[tuple[str, str, Role]] = ()) -> None:
+    def __init__(self, entries: Iterable[TokenEntry | tuple[str, str, Role]] = ()) -> None:
         self._entries: list[_Entry] = []
         seen: dict[bytes, str] = {}
-        for name, token, role in entries:
+        for entry in entries:
+            name, token, role, fleets = TokenEntry(*entry)
             raw = _check_token(name, token)
             if raw in seen:
                 raise ConfigError(f"operators {seen[raw]!r} and {name!r} have the same token")
             seen[raw] = name
-            self._entries.append(_Entry(Operator(_check_name(name), role), raw))
+            self._entries.append(_Entry(Operator(_check_name(name), role, fleets), raw))
             if len(raw) < MIN_TOKEN_LEN:
                 log.warning(
                     "the token of %s is shorter than %d characters: use a long random one",
@@ -85,13 +105,13 @@ class TokenStore:
     @classmethod
     def from_settings(cls, settings: CoordinatorSettings) -> TokenStore:
         """Raises ``ConfigError`` for a tokens file that cannot be read or a duplicate token."""
-        entries: list[tuple[str, str, Role]] = []
+        entries: list[TokenEntry] = []
         admin = settings.secret("admin_token")
         if admin is not None:
-            entries.append((settings.admin_name, admin, Role.ADMIN))
+            entries.append(TokenEntry(settings.admin_name, admin, Role.ADMIN))
         view = settings.secret("view_token")
         if view is not None:
-            entries.append((settings.view_name, view, Role.VIEW))
+            entries.append(TokenEntry(settings.view_name, view, Role.VIEW))
         if settings.tokens_file is not None:
             entries.extend(load_tokens_file(settings.tokens_file))
         return cls(entries)
@@ -130,9 +150,9 @@ def bearer_token(header: str | None) -> str | None:
     return token or None
 
 
-def load_tokens_file(path: Path) -> list[tuple[str, str, Role]]:
-    """The ``(name, token, role)`` entries of a tokens file (JSON or ``name:token[:role]``
-    lines). Raises ``ConfigError`` naming the file (and line) for anything it cannot read."""
+def load_tokens_file(path: Path) -> list[TokenEntry]:
+    """The entries of a tokens file (JSON or ``name:token[:role[:fleets]]`` lines). Raises
+    ``ConfigError`` naming the file (and line) for anything it cannot read."""
     try:
         content = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -143,7 +163,7 @@ def load_tokens_file(path: Path) -> list[tuple[str, str, Role]]:
     return _from_lines(path, content)
 
 
-def _from_json(path: Path, content: str) -> list[tuple[str, str, Role]]:
+def _from_json(path: Path, content: str) -> list[TokenEntry]:
     try:
         data: Any = json.loads(content)
     except ValueError as exc:
@@ -155,7 +175,7 @@ def _from_json(path: Path, content: str) -> list[tuple[str, str, Role]]:
         items = [(str(i), v) for i, v in enumerate(data)]
     else:
         raise ConfigError(f"tokens file {path}: expected a list or an object")
-    out: list[tuple[str, str, Role]] = []
+    out: list[TokenEntry] = []
     for key, value in items:
         if not isinstance(value, dict):
             raise ConfigError(f"tokens file {path}: entry {key} is not an object")
@@ -163,21 +183,26 @@ def _from_json(path: Path, content: str) -> list[tuple[str, str, Role]]:
         token = value.get("token")
         if not isinstance(name, str) or not isinstance(token, str):
             raise ConfigError(f"tokens file {path}: entry {key} needs a string name and token")
-        out.append((name, token, _role(path, key, value.get("role", "admin"))))
+        role = _role(path, key, value.get("role", "admin"))
+        out.append(TokenEntry(name, token, role, _fleets(path, f"entry {key}", value.get("fleets"))))
     return out
 
 
-def _from_lines(path: Path, content: str) -> list[tuple[str, str, Role]]:
-    out: list[tuple[str, str, Role]] = []
+def _from_lines(path: Path, content: str) -> list[TokenEntry]:
+    out: list[TokenEntry] = []
     for number, raw in enumerate(content.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         parts = line.split(":")
-        if len(parts) not in (2, 3) or not parts[0].strip() or not parts[1].strip():
-            raise ConfigError(f"tokens file {path} line {number}: expected name:token[:role]")
-        role = _role(path, f"line {number}", parts[2].strip() if len(parts) == 3 else "admin")
-        out.append((parts[0].strip(), parts[1].strip(), role))
+        if len(parts) not in (2, 3, 4) or not parts[0].strip() or not parts[1].strip():
+            raise ConfigError(
+                f"tokens file {path} line {number}: expected name:token[:role[:fleet,fleet]]"
+            )
+        where = f"line {number}"
+        role = _role(path, where, parts[2].strip() if len(parts) >= 3 else "admin")
+        fleets = _fleets(path, where, parts[3].split(",")) if len(parts) == 4 else None
+        out.append(TokenEntry(parts[0].strip(), parts[1].strip(), role, fleets))
     return out
 
 
@@ -186,6 +211,27 @@ def _role(path: Path, where: str, value: Any) -> Role:
         return Role(value)
     except ValueError:
         raise ConfigError(f"tokens file {path} {where}: role must be admin or view") from None
+
+
+def _fleets(path: Path, where: str, value: Any) -> frozenset[str] | None:
+    """An entry's ``fleets``: None (absent: every fleet) or a non-empty set of fleet names."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"tokens file {path} {where}: fleets must be a list of fleet names")
+    names = frozenset(v.strip() for v in value if v.strip())
+    if not names:
+        raise ConfigError(
+            f"tokens file {path} {where}: fleets is empty (leave it out for every fleet)"
+        )
+    for name in names:
+        try:
+            validate_fleet(name)
+        except ContractError:
+            raise ConfigError(
+                f"tokens file {path} {where}: fleets: {name[:70]!r} is not a fleet name"
+            ) from None
+    return names
 
 
 def _check_name(name: str) -> str:
@@ -202,4 +248,6 @@ def _check_token(name: str, token: str) -> bytes:
     return token.encode("utf-8", errors="surrogateescape")
 
 
-__all__ = ["ANONYMOUS", "Operator", "Role", "TokenStore", "bearer_token", "load_tokens_file"]
+__all__ = [
+    "ANONYMOUS", "Operator", "Role", "TokenEntry", "TokenStore", "bearer_token", "load_tokens_file",
+]

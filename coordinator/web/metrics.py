@@ -1,6 +1,7 @@
 """Forgotten pauses: the fleet's metrics, read from Redis at scrape time, and the overdue watcher.
 
-Metrics (one fleet per coordinator; every series carries ``fleet``)::
+Metrics (every fleet of the registry ``fleetgate:fleets`` and the default one, at most
+``MAX_LISTED``; every series carries ``fleet``)::
 
     fleetgate_fleet_paused{fleet,reason}        1 while the fleet is paused (reason "" when not)
     fleetgate_fleet_pause_age_seconds{fleet}    how long the current pause has lasted (0 running)
@@ -19,8 +20,10 @@ Metrics (one fleet per coordinator; every series carries ``fleet``)::
     fleetgate_webhook_skipped_total{fleet}      events already too old when read, not sent
     fleetgate_webhook_pending{fleet}            events in hand: being delivered or retried
 
-``render_metrics`` reads Redis in the request and fills a fresh ``CollectorRegistry``, so a
-scrape never shows figures older than itself. ``OverdueWatcher`` runs in ``fleetgate serve``:
+``render_fleets`` reads each fleet once per scrape, through ``fleetview.read_status`` (the one
+read every view shares), and fills a fresh ``CollectorRegistry``, so a scrape never shows
+figures older than what that read returns. The webhook counters are the notifier's, which runs
+for the default fleet. ``OverdueWatcher`` runs in ``fleetgate serve``:
 while the pause is overdue it logs one structured WARNING per ``overdue_log_interval`` (fleet,
 reason, by, age), and every ``restore_interval`` it calls ``Fleet.restore_if_missing()`` (under
 the deployment's Redis ACL only the coordinator may write the state hash). Given ``alerts``
@@ -33,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
@@ -41,10 +45,12 @@ from redis.exceptions import RedisError
 
 from coordinator.durations import format_age
 from coordinator.fleet.fleet import Fleet
+from coordinator.fleet.models import FleetStatus
 from coordinator.notify.alerts import Alerts
 from coordinator.notify.consumer import Notifier
 from coordinator.render import REPLICA_STATES, is_overdue, pause_age_s, summary
 from coordinator.settings import CoordinatorSettings
+from coordinator.web.fleetview import read_status
 from replica.contract import FleetState, format_time, now_utc
 from replica.control.redisio import cancel_bounded
 
@@ -54,57 +60,77 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 async def render_metrics(fleet: Fleet, max_pause: float, notifier: Notifier | None = None) -> bytes:
-    """The fleet's metrics in the Prometheus text format (reads Redis; raises ``RedisError``),
+    """One fleet's metrics in the Prometheus text format (reads Redis; raises ``RedisError``),
     with the notifier's counters when it runs."""
-    status = await fleet.status()
-    state, replicas = status.state, status.replicas
-    now = now_utc()
-    s = summary(state, replicas, now, max_pause, status.unreadable)
+    return await render_fleets([fleet], max_pause, notifier, fleet.name)
+
+
+async def render_fleets(
+    fleets: Iterable[Fleet],
+    max_pause: float,
+    notifier: Notifier | None = None,
+    notifier_fleet: str | None = None,
+) -> bytes:
+    """The metrics of ``fleets``, each series labelled with its fleet (reads Redis: one
+    ``read_status`` per fleet; raises ``RedisError``), with the notifier's counters, labelled
+    ``notifier_fleet``, when it runs."""
     registry = CollectorRegistry(auto_describe=False)
-    name = state.fleet
-    paused = Gauge(
-        "fleetgate_fleet_paused", "1 while the fleet is paused, with the reason",
-        ["fleet", "reason"], registry=registry,
-    )
-    effectively = bool(s["effectively_paused"])
-    paused.labels(name, state.reason if effectively else "").set(1 if effectively else 0)
-    Gauge(
-        "fleetgate_fleet_pause_age_seconds", "How long the current pause has lasted (0 running)",
-        ["fleet"], registry=registry,
-    ).labels(name).set(s["pause_age_s"] or 0.0)
-    Gauge(
-        "fleetgate_fleet_pause_overdue",
-        "1 when the pause outlived expected_until, or FLEETGATE_MAX_PAUSE without a window",
-        ["fleet"], registry=registry,
-    ).labels(name).set(1 if s["overdue"] else 0)
-    by_state = Gauge(
-        "fleetgate_fleet_replicas", "Replicas by state (running, paused, quiet, stale)",
-        ["fleet", "state"], registry=registry,
-    )
-    for st in REPLICA_STATES:
-        by_state.labels(name, st).set(s[st])
-    Gauge(
-        "fleetgate_fleet_unacknowledged", "Live replicas behind the fleet's current version",
-        ["fleet"], registry=registry,
-    ).labels(name).set(s["unacknowledged"])
-    Gauge(
-        "fleetgate_fleet_state_version", "The version of the fleet's pause state",
-        ["fleet"], registry=registry,
-    ).labels(name).set(state.version)
-    Gauge(
-        "fleetgate_fleet_in_flight", "Items in flight on live replicas", ["fleet"], registry=registry
-    ).labels(name).set(s["in_flight"])
-    Gauge(
-        "fleetgate_fleet_queued", "Items queued on live replicas", ["fleet"], registry=registry
-    ).labels(name).set(s["queued"])
-    Gauge(
-        "fleetgate_fleet_replicas_unreadable",
-        "Entries of the replicas set (or their records) that cannot be read, skipped",
-        ["fleet"], registry=registry,
-    ).labels(name).set(status.unreadable)
-    if notifier is not None:
-        registry.register(_NotifierCollector(name, notifier))
+    gauges = _Gauges(registry)
+    for fleet in fleets:
+        gauges.add(await read_status(fleet), max_pause)
+    if notifier is not None and notifier_fleet is not None:
+        registry.register(_NotifierCollector(notifier_fleet, notifier))
     return generate_latest(registry)
+
+
+class _Gauges:
+    """The coordinator's gauges, one series per fleet (and state or reason)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def gauge(name: str, doc: str, *labels: str) -> Gauge:
+            return Gauge(name, doc, ["fleet", *labels], registry=registry)
+
+        self.paused = gauge(
+            "fleetgate_fleet_paused", "1 while the fleet is paused, with the reason", "reason"
+        )
+        self.age = gauge(
+            "fleetgate_fleet_pause_age_seconds", "How long the current pause has lasted (0 running)"
+        )
+        self.overdue = gauge(
+            "fleetgate_fleet_pause_overdue",
+            "1 when the pause outlived expected_until, or FLEETGATE_MAX_PAUSE without a window",
+        )
+        self.replicas = gauge(
+            "fleetgate_fleet_replicas", "Replicas by state (running, paused, quiet, stale)", "state"
+        )
+        self.unacked = gauge(
+            "fleetgate_fleet_unacknowledged", "Live replicas behind the fleet's current version"
+        )
+        self.version = gauge(
+            "fleetgate_fleet_state_version", "The version of the fleet's pause state"
+        )
+        self.in_flight = gauge("fleetgate_fleet_in_flight", "Items in flight on live replicas")
+        self.queued = gauge("fleetgate_fleet_queued", "Items queued on live replicas")
+        self.unreadable = gauge(
+            "fleetgate_fleet_replicas_unreadable",
+            "Entries of the replicas set (or their records) that cannot be read, skipped",
+        )
+
+    def add(self, status: FleetStatus, max_pause: float) -> None:
+        state = status.state
+        s = summary(state, status.replicas, now_utc(), max_pause, status.unreadable)
+        name = state.fleet
+        effectively = bool(s["effectively_paused"])
+        self.paused.labels(name, state.reason if effectively else "").set(1 if effectively else 0)
+        self.age.labels(name).set(s["pause_age_s"] or 0.0)
+        self.overdue.labels(name).set(1 if s["overdue"] else 0)
+        for st in REPLICA_STATES:
+            self.replicas.labels(name, st).set(s[st])
+        self.unacked.labels(name).set(s["unacknowledged"])
+        self.version.labels(name).set(state.version)
+        self.in_flight.labels(name).set(s["in_flight"])
+        self.queued.labels(name).set(s["queued"])
+        self.unreadable.labels(name).set(status.unreadable)
 
 
 class _NotifierCollector:
@@ -254,4 +280,4 @@ class OverdueWatcher:
         )
 
 
-__all__ = ["CONTENT_TYPE", "OverdueWatcher", "render_metrics"]
+__all__ = ["CONTENT_TYPE", "OverdueWatcher", "render_fleets", "render_metrics"]

@@ -1,0 +1,169 @@
+"""The fleet routes of the API: every fleet on the Redis, and today's routes for the default one.
+
+    GET  /api/fleets                     view   {"fleets": [row, ...], ...}: paused ones first
+    GET  /api/fleets/{name}              view   as GET /api/fleet, for that fleet (404: never seen)
+    GET  /api/fleets/{name}/history      view   as GET /api/fleet/history (404: never seen)
+    POST /api/fleets/{name}/pause        admin  as POST /api/fleet/pause (any valid name)
+    POST /api/fleets/{name}/resume       admin  as POST /api/fleet/resume (404: never seen)
+    GET  /api/fleet, /api/fleet/history, POST /api/fleet/pause, /api/fleet/resume
+                                                the default fleet (FLEETGATE_FLEET)
+
+Both families answer with the same bodies and codes (``coordinator.web.api``), run the same
+handlers, and check the token the same way (``coordinator.web.deps``): a token limited to
+other fleets gets 403. An invalid name is a 422. Pausing a fleet no replica has joined yet is
+allowed (a fleet can be paused before its first deploy); resuming or reading one never seen is
+a 404, so a mistyped name does not look like a fleet. ``GET /api/fleets`` lists the fleets of
+the registry the token is given.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Annotated, Any, Final
+
+from fastapi import FastAPI, Query, Request, Response
+
+from coordinator.render import history_dict
+from coordinator.settings import CoordinatorSettings
+from coordinator.web.bodies import PauseRequest, ResumeRequest
+from coordinator.web.changes import bounded_change
+from coordinator.web.deps import (
+    Access,
+    DefaultChange,
+    DefaultView,
+    NamedChange,
+    NamedView,
+    Viewer,
+    fleets_of,
+    require_known,
+)
+from coordinator.web.fleetview import fleet_view, listed_fleets, overview
+
+log = logging.getLogger(__name__)
+
+MAX_HISTORY: Final = 1000
+_PAUSE_ANSWERS: Final[dict[int | str, dict[str, Any]]] = {
+    202: {"description": "paused, but not every replica got quiet in time"},
+    504: {"description": "the outcome is unknown: check the state"},
+}
+_RESUME_ANSWERS: Final[dict[int | str, dict[str, Any]]] = {
+    202: {"description": "resumed, but not every replica was running in time"},
+    504: {"description": "the outcome is unknown: check the state"},
+}
+HistoryLimit = Annotated[int, Query(ge=1, le=MAX_HISTORY)]
+
+
+def install(app: FastAPI, settings: CoordinatorSettings) -> None:
+    """Add the fleet routes to ``app``."""
+
+    # -- shared by both families
+
+    async def read(access: Access, request: Request) -> dict[str, Any]:
+        return await fleet_view(access.fleet, request, settings.max_pause)
+
+    async def history(access: Access, limit: int) -> dict[str, Any]:
+        return history_dict(access.fleet.name, await access.fleet.history(limit=limit))
+
+    async def pause(access: Access, body: PauseRequest, response: Response) -> dict[str, Any]:
+        fleet, operator = access.fleet, access.operator
+        window = None if body.for_seconds is None else timedelta(seconds=body.for_seconds)
+        outcome = await bounded_change(
+            fleet,
+            lambda: fleet.pause(
+                body.reason,
+                by=operator.name,
+                expected_for=window,
+                auto_resume_after=window if body.auto_resume else None,
+            ),
+            wait=body.wait, timeout=body.timeout, max_wait=settings.max_wait,
+        )
+        response.status_code = outcome.status
+        return outcome.body
+
+    async def resume(
+        access: Access, body: ResumeRequest | None, response: Response
+    ) -> dict[str, Any]:
+        fleet, operator = access.fleet, access.operator
+        body = body or ResumeRequest()
+        stagger = None if body.stagger_seconds is None else timedelta(seconds=body.stagger_seconds)
+        reason = body.reason
+        outcome = await bounded_change(
+            fleet,
+            lambda: fleet.resume(by=operator.name, stagger=stagger, reason=reason),
+            wait=body.wait, timeout=body.timeout, max_wait=settings.max_wait,
+        )
+        response.status_code = outcome.status
+        return outcome.body
+
+    # -- the default fleet (FLEETGATE_FLEET)
+
+    @app.get("/api/fleet", tags=["fleet"])
+    async def get_fleet(access: DefaultView, request: Request) -> dict[str, Any]:
+        """The default fleet's state, every replica and a summary (the shape of
+        ``status --json``; ``summary.unreadable`` counts the entries of the replicas set that
+        cannot be read)."""
+        return await read(access, request)
+
+    @app.get("/api/fleet/history", tags=["fleet"])
+    async def get_history(access: DefaultView, limit: HistoryLimit = 50) -> dict[str, Any]:
+        """The default fleet's audit trail of pauses, resumes and restores, newest first."""
+        return await history(access, limit)
+
+    @app.post("/api/fleet/pause", tags=["fleet"], responses=_PAUSE_ANSWERS)
+    async def pause_fleet(
+        body: PauseRequest, access: DefaultChange, response: Response
+    ) -> dict[str, Any]:
+        """Pause the default fleet; ``by`` is the operator the token names. ``timeout`` bounds
+        the whole request; 504 when the change got no answer (its outcome is unknown)."""
+        return await pause(access, body, response)
+
+    @app.post("/api/fleet/resume", tags=["fleet"], responses=_RESUME_ANSWERS)
+    async def resume_fleet(
+        access: DefaultChange, response: Response, body: ResumeRequest | None = None
+    ) -> dict[str, Any]:
+        """Resume the default fleet (optionally staggered over ``stagger_seconds``).
+        ``timeout`` bounds the whole request; 504 when the change got no answer."""
+        return await resume(access, body, response)
+
+    # -- every fleet
+
+    @app.get("/api/fleets", tags=["fleets"])
+    async def get_fleets(operator: Viewer, request: Request) -> dict[str, Any]:
+        """Every fleet of the registry the token is given, one row each (paused, reason, holds
+        when known, replicas live, stale and unacknowledged, pause age, overdue), paused
+        fleets first."""
+        fleets = fleets_of(request)
+        listed = await listed_fleets(fleets.redis)
+        shown = [fleets.get(name) for name in listed.names if operator.may_use(name)]
+        return await overview(shown, listed, settings.max_pause)
+
+    @app.get("/api/fleets/{name}", tags=["fleets"])
+    async def get_named_fleet(access: NamedView, request: Request) -> dict[str, Any]:
+        """As ``GET /api/fleet``, for the fleet ``name`` (404 if it was never seen)."""
+        return await read(access, request)
+
+    @app.get("/api/fleets/{name}/history", tags=["fleets"])
+    async def get_named_history(access: NamedView, limit: HistoryLimit = 50) -> dict[str, Any]:
+        """As ``GET /api/fleet/history``, for the fleet ``name``."""
+        return await history(access, limit)
+
+    @app.post("/api/fleets/{name}/pause", tags=["fleets"], responses=_PAUSE_ANSWERS)
+    async def pause_named(
+        body: PauseRequest, access: NamedChange, response: Response
+    ) -> dict[str, Any]:
+        """As ``POST /api/fleet/pause``, for the fleet ``name``: any valid name, so a fleet
+        can be paused before its first replica starts."""
+        return await pause(access, body, response)
+
+    @app.post("/api/fleets/{name}/resume", tags=["fleets"], responses=_RESUME_ANSWERS)
+    async def resume_named(
+        access: NamedChange, request: Request, response: Response,
+        body: ResumeRequest | None = None,
+    ) -> dict[str, Any]:
+        """As ``POST /api/fleet/resume``, for the fleet ``name`` (404 if it was never seen)."""
+        await require_known(access.fleet, fleets_of(request))
+        return await resume(access, body, response)
+
+
+__all__ = ["MAX_HISTORY", "install"]
