@@ -53,6 +53,8 @@ class CoordinatorSettings(BaseSettings):
     """Seconds between the warnings `fleetgate serve` logs while a pause is overdue."""
     restore_interval: float = Field(default=5.0)
     """Seconds between the checks `fleetgate serve` makes for a state hash Redis lost (restored from the replicas)."""
+    refresh_interval: float = Field(default=1.0)
+    """Seconds `fleetgate serve` answers every API request, dashboard and scrape of a fleet from one read of its replica records (sooner when its state or its number of replicas changes)."""
     max_wait: float = Field(default=300.0)
     """The longest, in seconds, an API pause or resume with wait=true blocks."""
     max_body: int = Field(default=64 * 1024, ge=4096, le=1024 * 1024)
@@ -85,7 +87,8 @@ class CoordinatorSettings(BaseSettings):
         return validate_fleet(value)
 
     @field_validator(
-        "max_pause", "overdue_log_interval", "restore_interval", "max_wait", "webhook_max_age",
+        "max_pause", "overdue_log_interval", "restore_interval", "refresh_interval", "max_wait",
+        "webhook_max_age",
         mode="before",
     )
     @classmethod
