@@ -14,6 +14,7 @@ from rich.console import Console
 
 from coordinator import render
 from coordinator.fleet.models import AuditEvent, Excused, ReplicaInfo, ReplicaResult, WaitReport
+from coordinator.render.holds import holds_dict
 from replica.contract import FleetState
 
 NOW = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC)
@@ -127,7 +128,10 @@ def test_the_summary_counts_states_and_sums_only_live_replicas() -> None:
 def test_the_status_shape_is_fleet_state_replicas_summary_and_is_json() -> None:
     body = render.status_dict(state(), [replica()], NOW)
     assert list(body) == ["fleet", "state", "replicas", "summary"]
-    assert body["state"] == state().to_dict()
+    # a state of an older release (no holds) shows its pause as the one hold "default"
+    assert body["state"] == {**state().to_dict(), "holds": holds_dict(state(), NOW)}
+    assert list(body["state"]["holds"]) == ["default"]
+    assert body["state"]["holds"]["default"]["status"] == "active"
     assert body["replicas"] == [replica().to_dict()]
     assert json.loads(json.dumps(body)) == body
 

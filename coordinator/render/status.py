@@ -26,6 +26,7 @@ from coordinator.fleet.summary import (
     summarize,
     unacknowledged,
 )
+from coordinator.render.holds import holds_text, state_dict
 from coordinator.render.text import cell, printable, short_age
 from replica.contract import FleetState, format_time, now_utc
 
@@ -55,7 +56,7 @@ def status_dict(
     """The status shape: ``status --json`` and ``GET /api/fleet``."""
     return {
         "fleet": state.fleet,
-        "state": state.to_dict(),
+        "state": state_dict(state, now or now_utc()),
         "replicas": [r.to_dict() for r in replicas],
         "summary": summary(state, replicas, now, max_pause, unreadable),
     }
@@ -114,6 +115,7 @@ def banner(
     )
     if s.get("paused_while_running"):
         line.append(f"; {s['paused_while_running']} paused while the fleet runs", style="yellow")
+    line.append(holds_text(state, now))
     if s.get("slowest_acks"):
         slowest = s["slowest_acks"][0]
         line.append(f"\nslowest acknowledgement of v{state.version}: {printable(slowest['id'])} "
