@@ -42,6 +42,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from coordinator.fleet.fleet import Fleet
+from coordinator.fleet.snapshots import Snapshots
 from coordinator.notify.alerts import Alerts
 from coordinator.notify.consumer import Notifier
 from coordinator.notify.settings import NotifySettings
@@ -49,7 +50,7 @@ from coordinator.settings import CoordinatorSettings
 from coordinator.web import errors
 from coordinator.web.auth import ANONYMOUS, TokenStore
 from coordinator.web.bodies import PauseRequest, ResumeRequest
-from coordinator.web.deps import FleetCache, Runtime, fleets_of, runtime_of, viewer
+from coordinator.web.deps import FleetCache, Runtime, fleets_of, runtime_of, snapshots_of, viewer
 from coordinator.web.fleets import install as install_fleet_routes
 from coordinator.web.fleetview import listed_fleets
 from coordinator.web.metrics import CONTENT_TYPE, OverdueWatcher, render_fleets
@@ -109,6 +110,7 @@ def create_app(
         runtime.redis = redis
         runtime.fleets = FleetCache(redis, settings.fleet)
         runtime.fleet = runtime.fleets.default
+        snapshots = runtime.snapshots = Snapshots(settings.refresh_interval)
         try:
             if run_watcher:
                 alerts = None
@@ -125,6 +127,7 @@ def create_app(
                 await runtime.watcher.stop()
             if runtime.notifier is not None:
                 await runtime.notifier.stop()
+            await snapshots.aclose()
             await asyncio.shield(redis.aclose())
 
     app = FastAPI(
@@ -177,7 +180,9 @@ def create_app(
         listed = await listed_fleets(cache.redis)
         shown = [fleet, *(cache.get(name) for name in listed.names if name != fleet.name)]
         return Response(
-            await render_fleets(shown, settings.max_pause, runtime.notifier, fleet.name),
+            await render_fleets(
+                snapshots_of(request), shown, settings.max_pause, runtime.notifier, fleet.name
+            ),
             media_type=CONTENT_TYPE,
         )
 

@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 
 from coordinator.fleet.calls import again
 from coordinator.fleet.fleet import Fleet
+from coordinator.fleet.snapshots import Snapshots
 from coordinator.settings import CoordinatorSettings
 from coordinator.web.auth import ANONYMOUS, Operator, TokenStore
 from replica.contract import FLEET_NAME_RE
@@ -77,6 +78,8 @@ class Runtime:
         self.fleets: FleetCache | None = None
         self.fleet: Fleet | None = None
         """The default fleet (``FLEETGATE_FLEET``)."""
+        self.snapshots: Snapshots | None = None
+        """The one read of each fleet's records that every view shares."""
         self.watcher: OverdueWatcher | None = None
         self.notifier: Notifier | None = None
 
@@ -148,6 +151,13 @@ def fleets_of(request: Request) -> FleetCache:
     return fleets
 
 
+def snapshots_of(request: Request) -> Snapshots:
+    snapshots = runtime_of(request).snapshots
+    if snapshots is None:
+        raise HTTPException(status_code=503, detail="the coordinator is starting")
+    return snapshots
+
+
 async def known(fleet: Fleet, fleets: FleetCache) -> bool:
     """Whether ``fleet`` was ever seen: the default fleet, one in the registry, or one with a
     state, replicas or an audit trail in Redis (a fleet from before the registry)."""
@@ -213,5 +223,5 @@ NamedChange = Annotated[Access, Depends(named_change)]
 __all__ = [
     "MAX_CACHED_FLEETS", "Access", "Admin", "DefaultChange", "DefaultView", "FleetCache",
     "FleetName", "NamedChange", "NamedView", "Runtime", "Viewer", "admin", "authenticate",
-    "fleets_of", "known", "may_use", "require_known", "runtime_of", "viewer",
+    "fleets_of", "known", "may_use", "require_known", "runtime_of", "snapshots_of", "viewer",
 ]

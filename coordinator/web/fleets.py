@@ -1,16 +1,18 @@
 """The fleet routes of the API: every fleet on the Redis, and today's routes for the default one.
 
     GET  /api/fleets                     view   {"fleets": [row, ...], ...}: paused ones first
-    GET  /api/fleets/{name}              view   as GET /api/fleet, for that fleet (404: never seen)
+    GET  /api/fleets/{name}              view   the summary shape (404: never seen);
+                                                ?replicas=all&limit=&cursor= pages every record
     GET  /api/fleets/{name}/history      view   as GET /api/fleet/history (404: never seen)
     POST /api/fleets/{name}/pause        admin  as POST /api/fleet/pause (any valid name)
     POST /api/fleets/{name}/resume       admin  as POST /api/fleet/resume (404: never seen)
     GET  /api/fleet, /api/fleet/history, POST /api/fleet/pause, /api/fleet/resume
                                                 the default fleet (FLEETGATE_FLEET)
 
-Both families answer with the same bodies and codes (``coordinator.web.api``), run the same
-handlers, and check the token the same way (``coordinator.web.deps``): a token limited to
-other fleets gets 403. An invalid name is a 422. Pausing a fleet no replica has joined yet is
+Both families run the same handlers and check the token the same way (``coordinator.web.deps``):
+a token limited to other fleets gets 403. Their bodies are the same but for the fleet's GET:
+``/api/fleet`` keeps today's status shape (every replica), ``/api/fleets/{name}`` answers the
+summary and the replicas that need attention (``coordinator.web.fleetview``). An invalid name is a 422. Pausing a fleet no replica has joined yet is
 allowed (a fleet can be paused before its first deploy); resuming or reading one never seen is
 a 404, so a mistyped name does not look like a fleet. ``GET /api/fleets`` lists the fleets of
 the registry the token is given.
@@ -37,8 +39,9 @@ from coordinator.web.deps import (
     Viewer,
     fleets_of,
     require_known,
+    snapshots_of,
 )
-from coordinator.web.fleetview import fleet_view, listed_fleets, overview
+from coordinator.web.fleetview import fleet_view, listed_fleets, overview, status_view
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +61,6 @@ def install(app: FastAPI, settings: CoordinatorSettings) -> None:
     """Add the fleet routes to ``app``."""
 
     # -- shared by both families
-
-    async def read(access: Access, request: Request) -> dict[str, Any]:
-        return await fleet_view(access.fleet, request, settings.max_pause)
 
     async def history(access: Access, limit: int) -> dict[str, Any]:
         return history_dict(access.fleet.name, await access.fleet.history(limit=limit))
@@ -103,7 +103,7 @@ def install(app: FastAPI, settings: CoordinatorSettings) -> None:
         """The default fleet's state, every replica and a summary (the shape of
         ``status --json``; ``summary.unreadable`` counts the entries of the replicas set that
         cannot be read)."""
-        return await read(access, request)
+        return await status_view(snapshots_of(request), access.fleet, settings.max_pause)
 
     @app.get("/api/fleet/history", tags=["fleet"])
     async def get_history(access: DefaultView, limit: HistoryLimit = 50) -> dict[str, Any]:
@@ -136,12 +136,21 @@ def install(app: FastAPI, settings: CoordinatorSettings) -> None:
         fleets = fleets_of(request)
         listed = await listed_fleets(fleets.redis)
         shown = [fleets.get(name) for name in listed.names if operator.may_use(name)]
-        return await overview(shown, listed, settings.max_pause)
+        return await overview(snapshots_of(request), shown, listed, settings.max_pause)
 
     @app.get("/api/fleets/{name}", tags=["fleets"])
-    async def get_named_fleet(access: NamedView, request: Request) -> dict[str, Any]:
-        """As ``GET /api/fleet``, for the fleet ``name`` (404 if it was never seen)."""
-        return await read(access, request)
+    async def get_named_fleet(
+        access: NamedView,
+        request: Request,
+        replicas: Annotated[str | None, Query(description="attention (default) or all")] = None,
+        limit: Annotated[str | None, Query(description="records per page (replicas=all)")] = None,
+        cursor: Annotated[str | None, Query(description="next_cursor of the page before")] = None,
+    ) -> dict[str, Any]:
+        """The fleet ``name`` (404 if it was never seen): its state, the summary and the
+        replicas that need attention; ``?replicas=all`` every record, ``limit`` (1 to 1000)
+        at a time from ``cursor``."""
+        del replicas, limit, cursor  # documented here, checked by the view
+        return await fleet_view(snapshots_of(request), access.fleet, request, settings.max_pause)
 
     @app.get("/api/fleets/{name}/history", tags=["fleets"])
     async def get_named_history(access: NamedView, limit: HistoryLimit = 50) -> dict[str, Any]:

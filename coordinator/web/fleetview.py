@@ -1,46 +1,52 @@
-"""What the API and ``/metrics`` show of a fleet, and the one place they read it.
+"""What the API and ``/metrics`` show of a fleet, all read through one snapshot cache.
 
-* ``read_status(fleet)``: the fleet's state and replica records. Every view reads through it
-  (``GET /api/fleet``, ``/api/fleets``, ``/api/fleets/{name}``, ``/metrics``), so a snapshot
-  cache shared by all of them goes here.
-* ``fleet_view(fleet, request, max_pause)``: the body of ``GET /api/fleet`` and
-  ``GET /api/fleets/{name}`` (today the status shape of ``status --json``).
-* ``fleet_row(status, ...)``: one fleet's line of ``GET /api/fleets``; ``overview`` the list,
-  paused fleets first.
-* ``listed_fleets(redis)``: the fleets of the registry (``fleetgate:fleets``), newest activity
-  first, at most ``MAX_LISTED``.
+Every view reads a fleet's state and records through the coordinator's ``Snapshots``
+(``coordinator.fleet.snapshots``): however many dashboards, API clients and scrapes ask, the
+records are read at most once per ``FLEETGATE_REFRESH_INTERVAL`` (and again at once after a
+change or a replica joining or leaving).
+
+* ``status_view``: the body of ``GET /api/fleet`` (the default fleet): the status shape, every
+  replica, as ``status --json --all``.
+* ``fleet_view``: the body of ``GET /api/fleets/{name}``: the summary shape, or every record a
+  page at a time (``coordinator.fleet.views.fleet_body``).
+* ``overview``: the body of ``GET /api/fleets``: one ``fleet_row`` per fleet, paused ones first.
+* ``listed_fleets``: the fleets of the registry (``fleetgate:fleets``), newest activity first,
+  at most ``MAX_LISTED``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from fastapi import Request
 from redis.asyncio import Redis
 
 from coordinator.fleet.fleet import Fleet
-from coordinator.fleet.models import FleetStatus
 from coordinator.fleet.registry import read_registry
-from coordinator.render import fleet_status_dict, summary
+from coordinator.fleet.snapshots import Snapshots
+from coordinator.fleet.summary import FleetSummary
+from coordinator.fleet.views import fleet_body
+from coordinator.render import fleet_status_dict
 from replica.contract import format_time, now_utc
 
 MAX_LISTED: Final = 1000
-"""The most fleets ``GET /api/fleets`` and ``/metrics`` show (newest activity first): each one
-shown is one read of its state and records."""
+"""The most fleets ``GET /api/fleets`` and ``/metrics`` show (newest activity first)."""
 
 
-async def read_status(fleet: Fleet) -> FleetStatus:
-    """The fleet's state and every replica record: the one read behind every view."""
-    return await fleet.status()
+async def status_view(snapshots: Snapshots, fleet: Fleet, max_pause: float) -> dict[str, Any]:
+    """The body of ``GET /api/fleet``: the state, every replica and the summary."""
+    return fleet_status_dict(await snapshots.status(fleet), max_pause=max_pause)
 
 
-async def fleet_view(fleet: Fleet, request: Request, max_pause: float) -> dict[str, Any]:
-    """The body of ``GET /api/fleet`` (the default fleet) and ``GET /api/fleets/{name}``."""
-    del request  # the query (paging, which replicas) is for the view to read
-    return fleet_status_dict(await read_status(fleet), max_pause=max_pause)
+async def fleet_view(
+    snapshots: Snapshots, fleet: Fleet, request: Request, max_pause: float
+) -> dict[str, Any]:
+    """The body of ``GET /api/fleets/{name}`` (``?replicas=all&limit=&cursor=`` pages every
+    record; a bad value is a ``ContractError``: 422)."""
+    return await fleet_body(snapshots, fleet, request.query_params, max_pause)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,32 +66,32 @@ async def listed_fleets(redis: Redis) -> Listed:
     return Listed(names, registry.fleets, len(registry.names) > MAX_LISTED, registry.unreadable)
 
 
-def fleet_row(
-    status: FleetStatus, now: datetime, max_pause: float, activity_ms: float | None = None
-) -> dict[str, Any]:
+def fleet_row(fs: FleetSummary, activity_ms: float | None = None) -> dict[str, Any]:
     """One fleet in ``GET /api/fleets``: paused or not (and why, by whom, since when, its holds
     when the state has them), its replicas live, stale and unacknowledged, the pause's age and
     whether it is overdue."""
-    state = status.state
-    s = summary(state, status.replicas, now, max_pause, status.unreadable)
-    state_dict = state.to_dict()
+    state, counts = fs.state, fs.counts()
+    paused = bool(counts["effectively_paused"])
     row: dict[str, Any] = {
         "fleet": state.fleet,
-        "paused": s["effectively_paused"],
-        "reason": state.reason if s["effectively_paused"] else "",
+        "paused": paused,
+        "reason": state.reason if paused else "",
         "by": state.by,
         "since": format_time(state.since) or None,
         "version": state.version,
-        "live": s["live"],
-        "stale": s["stale"],
-        "unacknowledged": s["unacknowledged"],
-        "unreadable": s["unreadable"],
-        "pause_age_s": s["pause_age_s"],
-        "overdue": s["overdue"],
+        "replicas": counts["replicas"],
+        "live": counts["live"],
+        "stale": counts["stale"],
+        "unacknowledged": counts["unacknowledged"],
+        "unreadable": counts["unreadable"],
+        "pause_age_s": counts["pause_age_s"],
+        "overdue": counts["overdue"],
         "last_activity": None if activity_ms is None else _ms_time(activity_ms),
+        "read_at": counts["read_at"],
     }
-    if "holds" in state_dict:
-        row["holds"] = state_dict["holds"]
+    holds = state.to_dict().get("holds")
+    if holds is not None:
+        row["holds"] = holds
     return row
 
 
@@ -95,12 +101,12 @@ def sort_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def overview(
-    fleets: Sequence[Fleet], listed: Listed, max_pause: float
+    snapshots: Snapshots, fleets: Sequence[Fleet], listed: Listed, max_pause: float
 ) -> dict[str, Any]:
     """The body of ``GET /api/fleets``: a row per fleet, paused ones first."""
     now = now_utc()
     rows = [
-        fleet_row(await read_status(fleet), now, max_pause, listed.activity_ms.get(fleet.name))
+        fleet_row(await snapshots.summary(fleet, max_pause, now), listed.activity_ms.get(fleet.name))
         for fleet in fleets
     ]
     return {
@@ -112,10 +118,10 @@ async def overview(
 
 
 def _ms_time(ms: float) -> str:
-    return format_time(datetime.fromtimestamp(ms / 1000, tz=now_utc().tzinfo))
+    return format_time(datetime.fromtimestamp(ms / 1000, tz=UTC))
 
 
 __all__ = [
     "MAX_LISTED", "Listed", "fleet_row", "fleet_view", "listed_fleets", "overview",
-    "read_status", "sort_rows",
+    "sort_rows", "status_view",
 ]

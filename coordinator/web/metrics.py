@@ -20,9 +20,10 @@ Metrics (every fleet of the registry ``fleetgate:fleets`` and the default one, a
     fleetgate_webhook_skipped_total{fleet}      events already too old when read, not sent
     fleetgate_webhook_pending{fleet}            events in hand: being delivered or retried
 
-``render_fleets`` reads each fleet once per scrape, through ``fleetview.read_status`` (the one
-read every view shares), and fills a fresh ``CollectorRegistry``, so a scrape never shows
-figures older than what that read returns. The webhook counters are the notifier's, which runs
+``render_fleets`` reads each fleet through the coordinator's snapshot cache
+(``coordinator.fleet.snapshots``: the records at most once per ``FLEETGATE_REFRESH_INTERVAL``
+however many scrapes, dashboards and API clients ask, and again at once after a change) and
+fills a fresh ``CollectorRegistry``. The webhook counters are the notifier's, which runs
 for the default fleet. ``OverdueWatcher`` runs in ``fleetgate serve``:
 while the pause is overdue it logs one structured WARNING per ``overdue_log_interval`` (fleet,
 reason, by, age), and every ``restore_interval`` it calls ``Fleet.restore_if_missing()`` (under
@@ -45,12 +46,12 @@ from redis.exceptions import RedisError
 
 from coordinator.durations import format_age
 from coordinator.fleet.fleet import Fleet
-from coordinator.fleet.models import FleetStatus
+from coordinator.fleet.snapshots import Snapshots
+from coordinator.fleet.summary import FleetSummary
 from coordinator.notify.alerts import Alerts
 from coordinator.notify.consumer import Notifier
-from coordinator.render import REPLICA_STATES, is_overdue, pause_age_s, summary
+from coordinator.render import REPLICA_STATES, is_overdue, pause_age_s
 from coordinator.settings import CoordinatorSettings
-from coordinator.web.fleetview import read_status
 from replica.contract import FleetState, format_time, now_utc
 from replica.control.redisio import cancel_bounded
 
@@ -60,24 +61,26 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 async def render_metrics(fleet: Fleet, max_pause: float, notifier: Notifier | None = None) -> bytes:
-    """One fleet's metrics in the Prometheus text format (reads Redis; raises ``RedisError``),
-    with the notifier's counters when it runs."""
-    return await render_fleets([fleet], max_pause, notifier, fleet.name)
+    """One fleet's metrics in the Prometheus text format, read now (reads Redis; raises
+    ``RedisError``), with the notifier's counters when it runs."""
+    return await render_fleets(Snapshots(0.0), [fleet], max_pause, notifier, fleet.name)
 
 
 async def render_fleets(
+    snapshots: Snapshots,
     fleets: Iterable[Fleet],
     max_pause: float,
     notifier: Notifier | None = None,
     notifier_fleet: str | None = None,
 ) -> bytes:
-    """The metrics of ``fleets``, each series labelled with its fleet (reads Redis: one
-    ``read_status`` per fleet; raises ``RedisError``), with the notifier's counters, labelled
+    """The metrics of ``fleets``, each series labelled with its fleet (read through
+    ``snapshots``; raises ``RedisError``), with the notifier's counters, labelled
     ``notifier_fleet``, when it runs."""
     registry = CollectorRegistry(auto_describe=False)
     gauges = _Gauges(registry)
+    now = now_utc()
     for fleet in fleets:
-        gauges.add(await read_status(fleet), max_pause)
+        gauges.add(await snapshots.summary(fleet, max_pause, now))
     if notifier is not None and notifier_fleet is not None:
         registry.register(_NotifierCollector(notifier_fleet, notifier))
     return generate_latest(registry)
@@ -116,9 +119,8 @@ class _Gauges:
             "Entries of the replicas set (or their records) that cannot be read, skipped",
         )
 
-    def add(self, status: FleetStatus, max_pause: float) -> None:
-        state = status.state
-        s = summary(state, status.replicas, now_utc(), max_pause, status.unreadable)
+    def add(self, fs: FleetSummary) -> None:
+        state, s = fs.state, fs.counts()
         name = state.fleet
         effectively = bool(s["effectively_paused"])
         self.paused.labels(name, state.reason if effectively else "").set(1 if effectively else 0)
@@ -130,7 +132,7 @@ class _Gauges:
         self.version.labels(name).set(state.version)
         self.in_flight.labels(name).set(s["in_flight"])
         self.queued.labels(name).set(s["queued"])
-        self.unreadable.labels(name).set(status.unreadable)
+        self.unreadable.labels(name).set(s["unreadable"])
 
 
 class _NotifierCollector:
