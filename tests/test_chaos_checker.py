@@ -478,3 +478,46 @@ def test_a_run_that_did_not_complete_fails_whatever_the_rules_say() -> None:
     result = check(events)
     assert broken_rules(result) == [] and not result.ok
     assert any("did not complete" in line for line in table(result))
+
+
+# ---------------------------------------------------------------------------- holds and windows
+
+
+def _with_window(start: float, end: float, held: bool) -> list[dict[str, Any]]:
+    """clean(), its last change a resume that left a maintenance window scheduled (db, from
+    ``start`` to ``end`` seconds into the run), the settled replicas ``held`` or not."""
+    events = clean()
+    holds = [["db", T + start, T + end]]
+    find(events, "change", version=2)["holds"] = holds
+    find(events, "op", action="resume")["holds"] = holds
+    for rep in find(events, "settled")["replicas"]:
+        rep["fleet_held"] = held
+    return events
+
+
+def test_a_settled_fleet_inside_a_maintenance_window_must_be_held_by_it() -> None:
+    assert broken_rules(check(_with_window(3.2, 9.0, held=True))) == []
+    result = check(_with_window(3.2, 9.0, held=False))
+    assert broken_rules(result) == [5]
+    assert result.rules[5].first is not None and "(running), not the last action, v2 (paused)" \
+        in result.rules[5].first
+
+
+def test_a_maintenance_window_that_ended_by_itself_leaves_the_fleet_running() -> None:
+    assert broken_rules(check(_with_window(3.2, 3.3, held=False))) == []
+    assert broken_rules(check(_with_window(3.2, 3.3, held=True))) == [5]
+
+
+def test_a_window_edge_at_the_settled_snapshot_is_not_judged_either_way() -> None:
+    for held in (True, False):
+        assert broken_rules(check(_with_window(3.95, 9.0, held=held))) == []
+
+
+def test_a_resume_refused_because_the_fleet_had_several_holds_may_exit_2() -> None:
+    events = clean()
+    resume = find(events, "op", action="resume")
+    resume.update(exit=2, stderr="fleet chaos has 2 holds (db, payments): name the one to "
+                                 "release with --hold NAME, or release them all with --all\n")
+    assert broken_rules(check(events)) == []
+    resume["args"] = {"wait": False, "hold": "db"}  # naming a hold: 2 is not a refusal then
+    assert broken_rules(check(events)) == [7]

@@ -28,7 +28,12 @@
    version only after it, showed an older version after it, or was frozen from before the
    change until after it.
 7. **exits**: no process exited non-zero unless the schedule killed it; the CLI exits with a
-   documented status (0, 1, 3, 5), never a traceback.
+   documented status (0, 1, 3, 5; 2 only for a resume that named no hold, refused because the
+   fleet had several), never a traceback.
+
+Fleet holds and maintenance windows: a change's state says which holds it has and when each
+starts and ends by itself (``Change.paused_at``), so rules 5 and 6 judge a window that started
+or ended on the replicas' own clocks as they do an automatic resume.
 
 Counterexamples of known product defects (``KNOWN``, none at present) are counted and
 reported apart and do not fail the run unless ``strict``.
@@ -50,6 +55,8 @@ SLACK_S: Final = 0.1
 TIME_TOLERANCE_S: Final = 0.002
 """Times written with millisecond precision are up to 1 ms early."""
 CLI_STATUSES: Final = frozenset({0, 1, 3, 5})
+REFUSED_STATUS: Final = 2
+"""A resume naming no hold while the fleet had several is refused with 2 (nothing changed)."""
 def _fmt_t(t: float, t0: float) -> str:
     return f"t+{t - t0:.3f}s"
 
@@ -298,8 +305,7 @@ class Checker:
                 what = f"the restored v{version}"
             else:
                 version = change.version
-                paused = change.paused and (change.auto_resume_at is None
-                                            or change.auto_resume_at > t)
+                paused = change.paused_at(t)
                 what = f"the last action, v{version} ({'paused' if paused else 'running'})"
             if isinstance(state, dict) and int(state["version"]) != version:
                 r.fail(f"after {snap.get('phase')}: the state hash is at v{state['version']}, "
@@ -308,8 +314,9 @@ class Checker:
                 r.checked += 1
                 if rep.get("stale"):
                     r.fail(f"after {snap.get('phase')}: {rep['id']} is stale")
-                elif rep.get("applied_version") != version or \
-                        bool(rep.get("fleet_held")) != paused:
+                elif rep.get("applied_version") != version or (
+                        bool(rep.get("fleet_held")) != paused
+                        and (restored or not change.edge_near(t, self.poll + SLACK_S))):
                     r.fail(f"after {snap.get('phase')}: {rep['id']} has v"
                            f"{rep.get('applied_version')} "
                            f"({'held' if rep.get('fleet_held') else 'running'}), not {what}")
@@ -346,8 +353,8 @@ class Checker:
             if w.kind == "freeze" and w.start <= change.changed_at and w.end >= t_hi:
                 return f"was frozen from {self.at(w.start)} to {self.at(w.end)}"
         if pause:
-            started_before = t_lo if change.auto_resume_at is None else min(
-                t_lo, change.auto_resume_at)
+            ends = change.first_end_after(change.changed_at)
+            started_before = t_lo if ends is None else min(t_lo, ends)
             for runs in tl.runs.values():
                 for run in runs:
                     if run.pid == life.pid and run.start < started_before and (
@@ -375,9 +382,20 @@ class Checker:
             if op.get("hung"):
                 r.fail(f"fleetgate {op.get('action')} ran past its --timeout at "
                        f"{self.at(float(op['t0']))}")
+            elif op.get("exit") == REFUSED_STATUS and _refused_resume(op):
+                continue
             elif op.get("exit") not in CLI_STATUSES or "Traceback" in stderr:
                 r.fail(f"fleetgate {op.get('action')} exited {op.get('exit')} at "
                        f"{self.at(float(op['t']))}: {stderr.strip()[-200:]}")
+
+
+def _refused_resume(op: Event) -> bool:
+    """A CLI resume that named no hold and was refused, saying the fleet had several."""
+    args = op.get("args") or {}
+    stderr = str(op.get("stderr") or "")
+    return (op.get("action") == "resume" and not args.get("hold") and not args.get("all")
+            and "holds" in stderr and "Traceback" not in stderr
+            and len(stderr.strip().splitlines()) == 1)
 
 
 def _entry(value: object) -> tuple[int, int] | None:

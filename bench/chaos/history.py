@@ -25,14 +25,16 @@ The events (the fields besides ``ev`` and ``t``):
   ``fleet_held``, ``quiet``, ``in_flight``; ``record``: a replica record read when it changed
   (``applied_version``, ``applied_at``, ``heartbeat_at``, ``fleet_held``, ``quiet``,
   ``in_flight``, ``control``).
-* ``change``: ``version``, ``paused``, ``changed_at``, ``auto_resume_at``, ``stagger`` and
-  ``via`` (``control`` channel or ``state`` hash): a state first seen.
+* ``change``: ``version``, ``paused``, ``changed_at``, ``auto_resume_at``, ``stagger``,
+  ``holds`` (``[[name, starts_at, auto_resume_at], ...]``, epochs or null; null for a state
+  without holds) and ``via`` (``control`` channel or ``state`` hash): a state first seen.
 * ``audit``: ``action``, ``version``, ``at``, ``by``, ``reason``; ``dead``: ``item``,
   ``error``, ``runs``, ``replica``, ``entry``.
 * ``op``: an operator call: ``via`` (``fleet`` or ``cli``), ``action``, ``args``, ``t0``
   (called), ``t`` (returned), ``t_change`` (the change returned, before any wait),
-  ``result`` (``ok``, ``error``, ``unknown``, ``cancelled``), ``version``, ``paused``,
-  ``changed_at``, ``auto_resume_at``, ``error``; for the CLI ``exit``, ``stderr`` (and
+  ``result`` (``ok``, ``error``, ``unknown``, ``cancelled``, ``refused``: a resume naming no
+  hold while there were several), ``version``, ``paused``, ``changed_at``, ``auto_resume_at``,
+  ``holds``, ``error``; for the CLI ``exit``, ``stderr`` (and
   ``hung`` when it outlived its --timeout); ``wait``: the report (``ok``, ``version``,
   ``action``, ``elapsed_s``, ``replicas``: [{``id``, ``reached``, ``why``}]) and the bounds of
   the moment it was made, ``t_lo`` and ``t_hi``.

@@ -44,7 +44,15 @@ def epoch(dt: datetime | None) -> float | None:
 def change_fields(state: FleetState) -> dict[str, Any]:
     return {"version": state.version, "paused": state.paused,
             "changed_at": epoch(state.changed_at or state.since),
-            "auto_resume_at": epoch(state.auto_resume_at), "stagger": state.resume_stagger_s}
+            "auto_resume_at": epoch(state.auto_resume_at), "stagger": state.resume_stagger_s,
+            "holds": holds_fields(state)}
+
+
+def holds_fields(state: FleetState) -> list[list[Any]] | None:
+    """The state's holds as ``[name, starts_at, auto_resume_at]`` (epochs), None without."""
+    if state.holds is None:
+        return None
+    return [[h.name, epoch(h.starts_at), epoch(h.auto_resume_at)] for h in state.holds]
 
 
 class Observer:

@@ -1,8 +1,11 @@
 """The operator: random pauses and resumes, through ``Fleet`` and through the ``fleetgate`` CLI.
 
-One call at a time, as a person at a terminal: a pause (a reason; sometimes an expected window,
-sometimes a ``--for`` window with auto-resume; sometimes ``--wait``) or a resume (sometimes
-staggered, sometimes with a reason, sometimes ``--wait``), then a pause of ``op_every``. Each
+One call at a time, as a person at a terminal: a pause (a reason; a fleet hold, often the
+default one; sometimes an expected window, sometimes a ``--for`` window with auto-resume,
+sometimes a maintenance window scheduled a few seconds ahead; sometimes ``--wait``) or a resume
+(of one named hold, of all of them, or naming none, which is refused while there are several;
+sometimes staggered, sometimes with a reason, sometimes ``--wait``), then a pause of
+``op_every``. Each
 call is an ``op`` in the history with what it asked, what it got back and when; a wait's report
 is kept whole enough for the checker (``ok``, each replica's ``reached`` and ``why``) along with
 the bounds of the moment it was made (``t_lo``, ``t_hi``).
@@ -20,6 +23,7 @@ import os
 import random
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -27,14 +31,16 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from bench.chaos.history import HistoryWriter
-from bench.chaos.observer import epoch
+from bench.chaos.observer import epoch, holds_fields
 from bench.chaos.settings import ChaosSettings
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import WaitReport
-from replica.contract import FleetState, parse_time
-from replica.errors import OutcomeUnknown
+from replica.contract import FleetState, now_utc, parse_time
+from replica.errors import HoldConflict, OutcomeUnknown
 
 FLEETGATE_BIN: Final = str(Path(sys.executable).with_name("fleetgate"))
+HOLDS: Final = ("db", "payments", "ops")
+"""Named holds the operator draws besides the default one."""
 REASONS: Final = ("orders-db failover drill", "deploy 4.2", "vendor outage", "chaos: look",
                   "migration step 3", "investigating duplicates")
 CLI_GRACE_S: Final = 30.0
@@ -51,7 +57,7 @@ def _wait_dict(report: WaitReport, t_lo: float, t_hi: float) -> dict[str, Any]:
 def _state_fields(state: FleetState) -> dict[str, Any]:
     return {"version": state.version, "paused": state.paused,
             "changed_at": epoch(state.changed_at or state.since),
-            "auto_resume_at": epoch(state.auto_resume_at)}
+            "auto_resume_at": epoch(state.auto_resume_at), "holds": holds_fields(state)}
 
 
 class Operator:
@@ -67,6 +73,8 @@ class Operator:
         self.listening = Fleet(self.redis, settings.fleet)
         self.plain = Fleet(self.redis, settings.fleet)
         self.paused = False
+        self.holds: list[str] = []
+        """The holds the operator believes the fleet has (from the last state it read)."""
         self.calls = 0
         self.stopping = asyncio.Event()
 
@@ -97,13 +105,27 @@ class Operator:
         if pause:
             args: dict[str, Any] = {"reason": rng.choice(REASONS), "wait": wait,
                                     "timeout": timeout}
+            if rng.random() < 0.4:
+                args["hold"] = rng.choice(HOLDS)
             roll = rng.random()
-            if roll < 0.25:
+            if roll < 0.15:
+                # a maintenance window a few seconds ahead: it starts and ends on the
+                # replicas' own clocks (no --wait: nothing to wait for yet)
+                args["at"] = rng.randint(1, 4)
                 args["for"] = args["auto_resume"] = rng.randint(1, 4)
-            elif roll < 0.5:
+                args["hold"] = args.get("hold") or rng.choice(HOLDS)
+                args["wait"] = False
+            elif roll < 0.35:
+                args["for"] = args["auto_resume"] = rng.randint(1, 4)
+            elif roll < 0.55:
                 args["for"] = rng.randint(5, 60)
         else:
             args = {"wait": wait, "timeout": timeout}
+            roll = rng.random()
+            if roll < 0.45 and self.holds:
+                args["hold"] = rng.choice(self.holds)
+            elif roll < 0.6:
+                args["all"] = True
             if rng.random() < 0.3:
                 args["stagger"] = rng.randint(1, 3)
             if rng.random() < 0.3:
@@ -125,18 +147,24 @@ class Operator:
         try:
             async with asyncio.timeout(float(args.get("timeout", 5.0)) + 15.0):
                 if action == "pause":
+                    starts = None if "at" not in args else now_utc() + timedelta(
+                        seconds=args["at"])
                     state = await fleet.pause(
                         args["reason"], by="chaos-operator", expected_for=args.get("for"),
-                        auto_resume_after=args.get("auto_resume"))
+                        auto_resume_after=args.get("auto_resume"), hold=args.get("hold"),
+                        starts_at=starts)
                 else:
                     state = await fleet.resume(by="chaos-operator", stagger=args.get("stagger"),
-                                               reason=args.get("reason"))
+                                               reason=args.get("reason"), hold=args.get("hold"),
+                                               all=bool(args.get("all")))
                 out.update(result="ok", t_change=time.time(), **_state_fields(state))
-                self.paused = state.paused
+                self._believe(state)
                 if args.get("wait"):
                     w0 = time.time()
                     report = await fleet.wait(state.version, timeout=float(args["timeout"]))
                     out["wait"] = _wait_dict(report, w0 + report.elapsed_s, time.time())
+        except HoldConflict as exc:
+            out.update(result="refused", error=str(exc)[:200])
         except OutcomeUnknown as exc:
             out.update(result="unknown", error=str(exc)[:200])
         except TimeoutError:
@@ -154,10 +182,14 @@ class Operator:
         self.history.write("op", **out)
         return out
 
+    def _believe(self, state: FleetState) -> None:
+        self.paused = state.effectively_paused()
+        self.holds = [h.name for h in state.effective_holds()]
+
     async def _refresh_belief(self) -> None:
         with contextlib.suppress(RedisError, OSError, TimeoutError):
             async with asyncio.timeout(3.0):
-                self.paused = (await self.plain.state()).paused
+                self._believe(await self.plain.state())
 
     # ------------------------------------------------------------------ through the CLI
 
@@ -166,6 +198,12 @@ class Operator:
                 "--timeout", f"{args['timeout']}s"]
         if args.get("reason"):
             argv += ["--reason", args["reason"]]
+        if args.get("hold"):
+            argv += ["--hold", args["hold"]]
+        if args.get("all"):
+            argv.append("--all")
+        if "at" in args:
+            argv += ["--at", f"{args['at']}s"]
         if "for" in args:
             argv += ["--for", f"{args['for']}s"]
         if args.get("auto_resume"):
@@ -202,6 +240,8 @@ class Operator:
         t1 = time.time()
         out.update(exit=proc.returncode, stderr=stderr.decode(errors="replace")[-2000:],
                    result={0: "ok", 3: "ok", 5: "unknown"}.get(proc.returncode or 0, "error"))
+        if proc.returncode == 2 and action == "resume" and "holds" in out["stderr"]:
+            out["result"] = "refused"
         self._parse_cli(out, stdout.decode(errors="replace"), t1)
         if out["result"] != "ok":
             await self._refresh_belief()
@@ -220,6 +260,12 @@ class Operator:
         out.update(version=state.get("version"), paused=state.get("paused"),
                    changed_at=epoch(changed),
                    auto_resume_at=epoch(parse_time(state.get("auto_resume_at") or "")))
+        holds = state.get("holds")
+        if isinstance(holds, dict):
+            out["holds"] = [[name, epoch(parse_time((h or {}).get("starts_at") or "")),
+                             epoch(parse_time((h or {}).get("auto_resume_at") or ""))]
+                            for name, h in sorted(holds.items())]
+            self.holds = sorted(holds)
         self.paused = bool(state.get("paused"))
         wait = data.get("wait")
         if isinstance(wait, dict) and changed is not None:
@@ -236,7 +282,7 @@ class Operator:
 
     async def final_resume(self, timeout: float = 30.0) -> dict[str, Any]:
         """The last operator action of a run: a resume, waited for."""
-        return await self.fleet_call("resume", {"wait": True, "timeout": timeout,
+        return await self.fleet_call("resume", {"wait": True, "timeout": timeout, "all": True,
                                                 "reason": "chaos: the end"},
                                      self.plain, final=True)
 

@@ -68,6 +68,34 @@ class Change:
     readable: float = float("inf")
     reused: bool = False
     """Another change got the same version (Redis lost the first one): not judged."""
+    holds: list[tuple[float | None, float | None]] | None = None
+    """The fleet holds of this state as (starts_at, auto_resume_at) epochs, None for a state
+    without holds (then ``paused`` and ``auto_resume_at`` rule)."""
+
+    def paused_at(self, t: float) -> bool:
+        """Whether this state holds the fleet at ``t`` (a scheduled hold may have started, a
+        hold may have ended by itself)."""
+        if self.holds is not None:
+            return any((start is None or start <= t) and (end is None or t < end)
+                       for start, end in self.holds)
+        return self.paused and (self.auto_resume_at is None or self.auto_resume_at > t)
+
+    def edge_near(self, t: float, margin: float) -> bool:
+        """Whether a hold starts or ends by itself within ``margin`` of ``t`` (a snapshot then
+        may catch replicas on either side of it)."""
+        edges = [x for start, end in (self.holds or []) for x in (start, end) if x is not None]
+        if self.holds is None and self.paused and self.auto_resume_at is not None:
+            edges.append(self.auto_resume_at)
+        return any(abs(x - t) <= margin for x in edges)
+
+    def first_end_after(self, t: float) -> float | None:
+        """The first moment after ``t`` at which a hold in force at ``t`` ends by itself (the
+        fleet may run then), or None."""
+        if self.holds is not None:
+            ends = [end for start, end in self.holds
+                    if end is not None and end > t and (start is None or start <= t)]
+            return min(ends) if ends else None
+        return self.auto_resume_at
 
 
 @dataclass
@@ -180,12 +208,13 @@ class Timeline:
                 self.windows.append(window)
             elif ev == "change":
                 self._change(e.get("version"), e.get("changed_at"), e.get("paused"),
-                             e.get("auto_resume_at"), t)
+                             e.get("auto_resume_at"), t, e.get("holds"))
             elif ev == "op":
                 self.ops.append(e)
                 if e.get("result") == "ok" and e.get("version") is not None:
                     self._change(e["version"], e.get("changed_at"), e.get("paused"),
-                                 e.get("auto_resume_at"), float(e.get("t_change") or t))
+                                 e.get("auto_resume_at"), float(e.get("t_change") or t),
+                                 e.get("holds"))
             elif ev == "audit":
                 self.audits.append(e)
             elif ev == "ack":
@@ -224,7 +253,7 @@ class Timeline:
             points.sort(key=lambda p: p.t)
 
     def _change(self, version: Any, changed_at: Any, paused: Any, auto_resume_at: Any,
-                seen: float) -> None:
+                seen: float, holds: Any = None) -> None:
         if version is None or changed_at is None or int(version) <= 0:
             return
         key = _key(int(version), float(changed_at))
@@ -233,6 +262,9 @@ class Timeline:
             change = self.changes[key] = Change(
                 int(version), float(changed_at), bool(paused),
                 None if auto_resume_at is None else float(auto_resume_at))
+        if change.holds is None and isinstance(holds, list):
+            change.holds = [(None if a is None else float(a), None if b is None else float(b))
+                            for _name, a, b in holds]
         change.readable = max(change.changed_at, min(change.readable, seen))
 
     def _point(self, replica: str, t: float, version: Any, source: str,
