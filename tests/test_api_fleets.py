@@ -19,7 +19,7 @@ from coordinator.fleet.fleet import Fleet
 from coordinator.web.api import create_app
 from coordinator.web.deps import FleetCache
 from replica.contract import Keys
-from tests.apikit import ADMIN, VIEW, auth, client_for, json_headers, make_settings
+from tests.apikit import VIEW, auth, client_for, json_headers, make_settings
 from tests.fleetkit import replicas, until
 
 ORDERS_ONCALL = "orders-oncall-token-0123"
