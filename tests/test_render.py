@@ -139,7 +139,11 @@ def test_the_status_shape_is_fleet_state_replicas_summary_and_is_json() -> None:
 def test_the_history_and_action_shapes() -> None:
     event = AuditEvent(id="1-0", action="pause", reason="x", by="alice", version=1, at=NOW)
     assert render.history_dict("orders", [event]) == {"fleet": "orders", "events": [event.to_dict()]}
-    assert render.action_dict(state(), None) == {"fleet": "orders", "state": state().to_dict(), "wait": None}
+    action = render.action_dict(state(), None)
+    holds = action["state"].pop("holds")
+    expected = {k: v for k, v in state().to_dict().items() if k != "holds"}
+    assert action == {"fleet": "orders", "state": expected, "wait": None}
+    assert list(holds) == ["default"] and holds["default"]["reason"] == "db migration"
 
 
 # ---------------------------------------------------------------------------- human

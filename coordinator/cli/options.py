@@ -1,5 +1,5 @@
 """What every command reads from its command line: the global options, the settings they make,
-and the checks of what an operator types (--reason, --by, durations).
+and the checks of what an operator types (--reason, --by, --hold, --at, durations).
 
 A bad value is a usage error: one line, exit status 2.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 import getpass
 import os
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any, Final
 
 import typer
@@ -17,8 +18,11 @@ from pydantic import ValidationError
 from coordinator.cli.exits import usage
 from coordinator.cli.output import plain
 from coordinator.durations import InvalidDuration, parse_duration
+from coordinator.fleet.schedule import InvalidAt, parse_at
 from coordinator.settings import CoordinatorSettings
-from replica.contract import check_by, check_reason
+from replica.contract import check_by, check_reason, now_utc
+from replica.contract.holds import validate_hold
+from replica.errors import ContractError
 
 OPTION_OF: Final = {"redis_url": "--redis-url", "fleet": "--fleet", "host": "--host", "port": "--port"}
 """The command-line option of a setting (the others are FLEETGATE_* variables only)."""
@@ -72,6 +76,33 @@ def reason_option(value: str) -> str:
         raise usage(f"--{exc}") from None
 
 
+HoldOption = Annotated[
+    str | None,
+    typer.Option("--hold", help="The fleet hold (a name like a fleet's; default: 'default')."),
+]
+
+
+def hold_option(value: str | None) -> str | None:
+    """A checked --hold (the rules of a fleet name), or a usage error."""
+    if value is None:
+        return None
+    try:
+        return validate_hold(value)
+    except ContractError as exc:
+        raise usage(f"--hold: {exc}") from None
+
+
+def at_option(value: str | None) -> datetime | None:
+    """The start time of --at (an ISO 8601 time or a duration from now, in the future), or a
+    usage error."""
+    if value is None:
+        return None
+    try:
+        return parse_at(value, now_utc())
+    except InvalidAt as exc:
+        raise usage(str(exc)) from None
+
+
 def duration_option(value: str | None, option: str, maximum: float | None = None) -> float | None:
     """Seconds in a duration option (None when not given), or a usage error."""
     if value is None:
@@ -100,10 +131,13 @@ def operator(by: str | None) -> str:
 __all__ = [
     "FleetOption",
     "Globals",
+    "HoldOption",
     "JsonOption",
     "UrlOption",
+    "at_option",
     "describe",
     "duration_option",
+    "hold_option",
     "operator",
     "reason_option",
 ]

@@ -31,8 +31,18 @@ is importable from here.
 
 from __future__ import annotations
 
-from coordinator.render.change import action_dict, action_line, stragglers_line, wait_table, why_not
+from coordinator.render.change import (
+    HoldChange,
+    action_dict,
+    action_line,
+    change_line,
+    hold_change,
+    stragglers_line,
+    wait_table,
+    why_not,
+)
 from coordinator.render.history import history_dict, history_table
+from coordinator.render.holds import holds_dict, holds_text, state_dict
 from coordinator.render.status import (
     DEFAULT_MAX_PAUSE_S,
     REPLICA_STATES,
@@ -57,20 +67,26 @@ from coordinator.render.text import cell, printable
 __all__ = [
     "DEFAULT_MAX_PAUSE_S",
     "REPLICA_STATES",
+    "HoldChange",
     "ack_lag_s",
     "action_dict",
     "action_line",
     "banner",
     "cell",
+    "change_line",
     "fleet_status_dict",
     "fleet_status_renderable",
     "history_dict",
     "history_table",
+    "hold_change",
+    "holds_dict",
+    "holds_text",
     "is_overdue",
     "pause_age_s",
     "printable",
     "replica_state",
     "replica_table",
+    "state_dict",
     "status_dict",
     "status_renderable",
     "stragglers_line",

@@ -1,9 +1,10 @@
 """A change and its wait: what ``pause``/``resume`` print and answer (``action_dict``,
-``action_line``), and the wait report (``wait_table``, ``why_not``, ``stragglers_line``).
+``action_line``, and for holds ``hold_change``, ``change_line``), and the wait report (``wait_table``, ``why_not``, ``stragglers_line``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -13,17 +14,122 @@ from rich.text import Text
 
 from coordinator.durations import format_age
 from coordinator.fleet.models import GONE, WHY_UNREACHABLE, ReplicaResult, WaitReport
+from coordinator.render.holds import state_dict
 from coordinator.render.text import cell, printable, short_age
-from replica.contract import FleetState, format_time
+from replica.contract import FleetState, format_time, now_utc
+from replica.contract.holds import ACTIVE, DEFAULT_HOLD, ENDED, SCHEDULED, Hold
 
 
-def action_dict(state: FleetState, report: WaitReport | None) -> dict[str, Any]:
-    """``pause --json``/``resume --json`` and the body of ``POST /api/fleet/pause|resume``."""
-    return {
+@dataclass(frozen=True, slots=True)
+class HoldChange:
+    """What a pause or a resume did to the fleet's holds, worked out from the state before and
+    after it: ``event`` is the audit action (``pause``, ``resume``, ``hold_added``,
+    ``hold_updated``, ``hold_released``, ``hold_scheduled``, ``hold_cancelled``, or ``noop``
+    for a resume that released nothing), ``holds`` the holds it named or released,
+    ``paused_by`` the holds active after it and ``scheduled`` those still to start."""
+
+    event: str
+    holds: tuple[str, ...]
+    paused_by: tuple[str, ...]
+    scheduled: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "event": self.event,
+            "holds": list(self.holds),
+            "paused": bool(self.paused_by),
+            "paused_by": list(self.paused_by),
+            "scheduled": list(self.scheduled),
+        }
+
+
+def _current(state: FleetState, now: datetime) -> dict[str, Hold]:
+    return {h.name: h for h in state.effective_holds() if h.status(now) != ENDED}
+
+
+def hold_change(
+    action: str, hold: str | None, before: FleetState, after: FleetState,
+    now: datetime | None = None,
+) -> HoldChange:
+    """The ``HoldChange`` of a ``pause`` of ``hold`` (None: ``default``) or a ``resume`` (of
+    ``hold``; None: the only one, or all), from the states before and after it."""
+    now = now or now_utc()
+    was, now_holds = _current(before, now), _current(after, now)
+    paused_by = tuple(n for n, h in now_holds.items() if h.status(now) == ACTIVE)
+    scheduled = tuple(n for n, h in now_holds.items() if h.status(now) == SCHEDULED)
+    was_paused = any(h.status(now) == ACTIVE for h in was.values())
+    if action == "pause":
+        name = hold or DEFAULT_HOLD
+        new = now_holds.get(name)
+        if new is not None and new.status(now) == SCHEDULED:
+            event = "hold_scheduled"
+        elif not was_paused:
+            event = "pause"
+        elif name in was and was[name].status(now) == ACTIVE:
+            event = "hold_updated"
+        else:
+            event = "hold_added"
+        return HoldChange(event, (name,), paused_by, scheduled)
+    released = tuple(n for n in was if n not in now_holds)
+    if not released and after.version == before.version:
+        event = "noop"
+    elif released and all(was[n].status(now) == SCHEDULED for n in released):
+        event = "hold_cancelled"
+    elif was_paused and not paused_by:
+        event = "resume"
+    else:
+        event = "hold_released"
+    return HoldChange(event, released or ((hold,) if hold else ()), paused_by, scheduled)
+
+
+def action_dict(
+    state: FleetState, report: WaitReport | None, change: HoldChange | None = None
+) -> dict[str, Any]:
+    """``pause --json``/``resume --json`` and the body of ``POST /api/fleet/pause|resume``:
+    ``state`` (its ``holds`` each with its ``status``), ``wait``, and with ``change`` what the
+    change did to the holds (``HoldChange.to_dict``)."""
+    body: dict[str, Any] = {
         "fleet": state.fleet,
-        "state": state.to_dict(),
+        "state": state_dict(state, now_utc()),
         "wait": None if report is None else report.to_dict(),
     }
+    if change is not None:
+        body["change"] = change.to_dict()
+    return body
+
+
+def change_line(state: FleetState, change: HoldChange) -> str:
+    """The first line ``pause``/``resume`` print: what happened to the hold, then whether the
+    fleet is (still) paused and by which holds: ``released hold db; fleet orders still paused
+    by payments (version 7)``."""
+    named = ", ".join(change.holds)
+    plural = "s" if len(change.holds) > 1 else ""
+    if change.event == "noop":
+        return f"fleet {state.fleet} has no hold (version {state.version}): nothing to resume"
+    if change.event == "hold_scheduled":
+        hold = next((h for h in state.effective_holds() if h.name == named), None)
+        start = format_time(hold.starts_at) if hold is not None and hold.starts_at else "?"
+        end = (f" until {format_time(hold.auto_resume_at)}"
+               if hold is not None and hold.auto_resume_at else "")
+        what = f"scheduled hold {named} for {start}{end}"
+    elif change.event == "hold_cancelled":
+        what = f"cancelled scheduled hold{plural} {named}"
+    elif change.event in ("resume", "hold_released"):
+        what = f"released hold{plural} {named}"
+    elif change.event == "hold_updated":
+        what = f"updated hold {named}"
+    else:
+        what = f"added hold {named}"
+    if change.event in ("pause", "resume"):
+        fleet = action_line(state)
+    elif change.paused_by:
+        fleet = (f"fleet {state.fleet} still paused by {', '.join(change.paused_by)} "
+                 f"(version {state.version})")
+    else:
+        fleet = f"fleet {state.fleet} still running (version {state.version})"
+    if change.scheduled and change.event != "hold_scheduled":
+        fleet += f"; scheduled: {', '.join(change.scheduled)}"
+    return f"{what}; {fleet}"
 
 
 def action_line(state: FleetState) -> str:
@@ -105,4 +211,7 @@ def stragglers_line(report: WaitReport) -> str:
     )
 
 
-__all__ = ["action_dict", "action_line", "stragglers_line", "wait_table", "why_not"]
+__all__ = [
+    "HoldChange", "action_dict", "action_line", "change_line", "hold_change", "stragglers_line",
+    "wait_table", "why_not",
+]
