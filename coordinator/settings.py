@@ -57,6 +57,10 @@ class CoordinatorSettings(BaseSettings):
     """Seconds `fleetgate serve` answers every API request, dashboard and scrape of a fleet from one read of its replica records (sooner when its state or its number of replicas changes)."""
     max_wait: float = Field(default=300.0)
     """The longest, in seconds, an API pause or resume with wait=true blocks."""
+    min_replicas_ack: int = Field(default=1, ge=0, le=100)
+    """Replicas of the Redis primary that must confirm a pause or resume (WAIT) before it answers, when the primary has replicas connected (0: do not wait). Not confirmed in time, the change stays made: the CLI exits 4, the API answers 202."""
+    min_replicas_timeout: float = Field(default=1.0, le=60.0)
+    """Seconds a pause or resume waits for min_replicas_ack replicas to confirm it (at most 60)."""
     max_body: int = Field(default=64 * 1024, ge=4096, le=1024 * 1024)
     """The largest request body, in bytes, the API reads (4096 to 1048576): a larger one gets 413 before it is parsed."""
 
@@ -89,7 +93,7 @@ class CoordinatorSettings(BaseSettings):
     @field_validator(
         "max_pause", "overdue_log_interval", "restore_interval", "refresh_interval", "max_wait",
         "webhook_max_age",
-        mode="before",
+        "min_replicas_timeout", mode="before",
     )
     @classmethod
     def _duration(cls, value: Any) -> float:

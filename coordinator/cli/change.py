@@ -3,7 +3,9 @@
 ``--timeout`` bounds the whole command, however Redis behaves, and is also how long ``--wait``
 waits. Cut off by it, a command says what it knows: nothing was sent (exit 1), the change was
 sent and did not answer (exit 5: its outcome is unknown, read the state), or the change is
-made and the replicas did not all get there (exit 3, the stragglers named).
+made and the replicas did not all get there (exit 3, the stragglers named). A change made on
+the Redis primary that no Redis replica confirmed in time (``FLEETGATE_MIN_REPLICAS_ACK``) is
+still reported, then exits 4.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Annotated, Final, TypeVar
 import typer
 
 from coordinator import render
-from coordinator.cli.exits import EXIT_TIMEOUT, CliError, usage
+from coordinator.cli.exits import EXIT_NOT_CONFIRMED, EXIT_TIMEOUT, CliError, usage
 from coordinator.cli.options import (
     FleetOption,
     Globals,
@@ -34,10 +36,12 @@ from coordinator.cli.runner import (
     unreachable,
 )
 from coordinator.durations import format_age
+from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import WaitReport
 from coordinator.settings import CoordinatorSettings
 from replica.contract import MAX_STAGGER_S, FleetState
+from replica.contract.urls import redact_url
 
 T = TypeVar("T")
 
@@ -86,7 +90,7 @@ def pause(
         ))
 
     state, report = _run(settings, act, progress, json_out)
-    report_action(state, report, json_out)
+    report_action(state, report, json_out, unconfirmed=_unconfirmed(settings, progress))
 
 
 def resume(
@@ -124,7 +128,8 @@ def resume(
         return state, report, was_paused
 
     state, report, was_paused = _run(settings, act, progress, json_out)
-    report_action(state, report, json_out, changed=was_paused)
+    report_action(state, report, json_out, changed=was_paused,
+                  unconfirmed=_unconfirmed(settings, progress))
 
 
 async def _change_then_wait(
@@ -133,7 +138,10 @@ async def _change_then_wait(
     """Make the change, then (``wait``) wait for the replicas with what is left of the
     command's time; ``progress`` says which step a deadline cut off."""
     progress.step = "change"
-    state = await change()
+    try:
+        state = await change()
+    except NotConfirmed as exc:  # made and published: say so once the rest is reported
+        state, progress.unconfirmed = exc.state, exc
     progress.step, progress.state = "wait", state
     report = await fleet.wait(state.version, timeout=progress.left()) if wait else None
     return state, report
@@ -168,10 +176,28 @@ def _run(
     ) from None
 
 
+def _unconfirmed(settings: CoordinatorSettings, progress: Progress) -> str | None:
+    """The line of a change no replica confirmed in time (exit 4), or None."""
+    exc = progress.unconfirmed
+    if exc is None:
+        return None
+    counted = f"{exc.acked} of {exc.wanted} replicas" if exc.acked is not None else f"no answer: {exc.why}"
+    return (f"the change (version {exc.state.version}) was written to the Redis primary at "
+            f"{redact_url(settings.redis_url)} but not confirmed by a replica within "
+            f"{exc.timeout_s:g}s ({counted}): a failover now could lose it; check "
+            "'fleetgate status' after one")
+
+
 def report_action(
-    state: FleetState, report: WaitReport | None, json_out: bool, changed: bool = True
+    state: FleetState,
+    report: WaitReport | None,
+    json_out: bool,
+    changed: bool = True,
+    unconfirmed: str | None = None,
 ) -> None:
-    """Print the change (and the wait's report); exit 3 when the wait ran out of time."""
+    """Print the change (and the wait's report); exit 4 when no replica confirmed it
+    (``unconfirmed``, the line; before exit 3, which it names too), 3 when the wait ran out
+    of time."""
     if json_out:
         emit_json(render.action_dict(state, report))
     else:
@@ -182,6 +208,10 @@ def report_action(
         out.print(line, highlight=False, markup=False)
         if report is not None:
             out.print(render.wait_table(report))
+    if unconfirmed is not None:
+        if report is not None and not report.ok:
+            unconfirmed += f"; and {render.stragglers_line(report)}"
+        raise CliError(unconfirmed, EXIT_NOT_CONFIRMED)
     if report is not None and not report.ok:
         raise CliError(render.stragglers_line(report), EXIT_TIMEOUT)
 

@@ -4,6 +4,7 @@
     1  Redis cannot be reached (or an unexpected error)
     2  bad usage or configuration
     3  a --wait that timed out (the stragglers named on stderr)
+    4  a pause or resume written to the Redis primary but not confirmed by a replica in time
     5  the outcome of a change is unknown: it was sent and no answer came (read the state)
   130  interrupted by SIGINT (Ctrl-C); ``status --watch`` ends with 0 (see cli.read)
   143  stopped by SIGTERM; 0 for ``status --watch``
@@ -20,6 +21,7 @@ EXIT_OK: Final = 0
 EXIT_UNREACHABLE: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_TIMEOUT: Final = 3
+EXIT_NOT_CONFIRMED: Final = 4
 EXIT_OUTCOME_UNKNOWN: Final = 5
 EXIT_INTERRUPTED: Final = 130
 EXIT_TERMINATED: Final = 143
@@ -29,6 +31,7 @@ EXIT_STATUSES: Final = {
     EXIT_UNREACHABLE: "Redis cannot be reached (or an unexpected error)",
     EXIT_USAGE: "bad usage or configuration",
     EXIT_TIMEOUT: "a --wait ran out of --timeout",
+    EXIT_NOT_CONFIRMED: "the change is made on the Redis primary but no replica confirmed it",
     EXIT_OUTCOME_UNKNOWN: "the outcome of a change is unknown",
     EXIT_INTERRUPTED: "interrupted by Ctrl-C (SIGINT)",
     EXIT_TERMINATED: "stopped by SIGTERM",
@@ -51,6 +54,7 @@ def usage(message: str) -> CliError:
 
 __all__ = [
     "EXIT_INTERRUPTED",
+    "EXIT_NOT_CONFIRMED",
     "EXIT_OK",
     "EXIT_OUTCOME_UNKNOWN",
     "EXIT_STATUSES",

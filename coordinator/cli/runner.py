@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 
 from coordinator.cli.exits import EXIT_OUTCOME_UNKNOWN, EXIT_UNREACHABLE, CliError, usage
 from coordinator.cli.output import plain
+from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from coordinator.settings import CoordinatorSettings
 from replica.contract import FleetState
@@ -57,6 +58,8 @@ class Progress:
     grace: float = 0.0
     step: str = "read"
     state: FleetState | None = None
+    unconfirmed: NotConfirmed | None = None
+    """The change is made but no replica confirmed it in time (exit 4 once it is reported)."""
     started: float = field(default_factory=time.monotonic)
 
     def left(self) -> float:
@@ -109,9 +112,11 @@ def run_with_fleet(
         except ValueError as exc:
             raise usage(f"invalid --redis-url {redact_url(settings.redis_url)}: {plain(str(exc))}") from None
         try:
+            fleet = Fleet(redis, settings.fleet, min_replicas_ack=settings.min_replicas_ack,
+                          min_replicas_timeout=settings.min_replicas_timeout)
             if deadline is None:
-                return await action(Fleet(redis, settings.fleet))
-            return await _until(action(Fleet(redis, settings.fleet)), deadline)
+                return await action(fleet)
+            return await _until(action(fleet), deadline)
         finally:
             await asyncio.shield(bounded(redis.aclose(), CLOSE_TIMEOUT_S))
 

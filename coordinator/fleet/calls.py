@@ -63,11 +63,19 @@ class ChangeScript:
         self._redis = redis
         self._script = redis.register_script(lua)
 
-    async def __call__(self, keys: Sequence[str], args: Sequence[str], what: str) -> Any:
-        """The script's reply. ``what`` names the change in an error ("pause of fleet x")."""
+    async def __call__(
+        self,
+        keys: Sequence[str],
+        args: Sequence[str],
+        what: str,
+        then: Callable[[Any], Awaitable[None]] | None = None,
+    ) -> Any:
+        """The script's reply. ``what`` names the change in an error ("pause of fleet x").
+        ``then(connection)`` runs after the reply, on the connection the script ran on (a
+        ``WAIT`` for replicas: ``coordinator.fleet.durability``); it must not raise."""
         for attempt in range(2):
             try:
-                return await uncancelled(self._send(list(keys), list(args), what))
+                return await uncancelled(self._send(list(keys), list(args), what, then))
             except _NotSent as exc:
                 if attempt:
                     raise exc.cause from None
@@ -75,17 +83,26 @@ class ChangeScript:
                           what, exc.cause)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _send(self, keys: list[str], args: list[str], what: str) -> Any:
+    async def _send(
+        self,
+        keys: list[str],
+        args: list[str],
+        what: str,
+        then: Callable[[Any], Awaitable[None]] | None,
+    ) -> Any:
         pool = self._redis.connection_pool
         conn = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
             await _alive(conn)
             command = ("EVALSHA", self._script.sha, len(keys), *keys, *args)
             try:
-                return await _request(conn, command, what)
+                reply = await _request(conn, command, what)
             except NoScriptError:
                 await _request(conn, ("SCRIPT", "LOAD", self._script.script), what, load=True)
-                return await _request(conn, command, what)
+                reply = await _request(conn, command, what)
+            if then is not None:
+                await then(conn)
+            return reply
         finally:
             await pool.release(conn)
 

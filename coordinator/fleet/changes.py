@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 
 from coordinator.fleet import registry
 from coordinator.fleet.calls import ChangeScript
+from coordinator.fleet.durability import Durability
 from coordinator.fleet.reads import Members, Reads, parse_flat_members, restored_at
 from replica.contract import (
     AUDIT_MAXLEN,
@@ -63,7 +64,10 @@ class LastChange:
 class Changes:
     """The changes of one fleet (``Fleet`` delegates to it)."""
 
-    def __init__(self, redis: Redis, name: str, keys: Keys, reads: Reads) -> None:
+    def __init__(
+        self, redis: Redis, name: str, keys: Keys, reads: Reads,
+        durability: Durability | None = None,
+    ) -> None:
         self._redis = redis
         self._name = name
         self._keys = keys
@@ -71,6 +75,8 @@ class Changes:
         self._set_state = ChangeScript(redis, SET_STATE_LUA)
         self._restore = ChangeScript(redis, RESTORE_STATE_LUA)
         self.last: LastChange | None = None
+        self.durability = durability or Durability()
+        """WAIT for replicas after a pause or resume (coordinator.fleet.durability)."""
         self.sharded = False
         """Publish with SPUBLISH (a cluster: sharded pub/sub)."""
 
@@ -145,7 +151,8 @@ class Changes:
         ]
         script_keys = [keys.state, keys.audit, keys.control, keys.replicas]
         what = f"{action} of fleet {self._name}"
-        result = await self._set_state(script_keys, args, what)
+        confirm = self.durability.begin()  # a WAIT on the script's connection
+        result = await self._set_state(script_keys, args, what, confirm)
         if text(result[0]) == "missing":
             # Redis forgot the hash, or the fleet was never paused: put back what the
             # replicas applied (if anything) before changing it, so versions never go back
@@ -153,7 +160,7 @@ class Changes:
                 log.warning("fleet %s: the state hash was missing at %s: restored it from the "
                             "replica records first", self._name, action)
             args[9] = "1"
-            result = await self._set_state(script_keys, args, what)
+            result = await self._set_state(script_keys, args, what, confirm)
         status = text(result[0])
         if status in ("ambiguous", "unknown", "too_many"):
             names = tuple(text(x) for x in result[1])
@@ -173,7 +180,8 @@ class Changes:
                      event.replace("_", " "), state.version, by,
                      f" (hold {hold})" if hold else "", f" ({reason})" if reason else "",
                      "paused" if state.paused else "running")
-        return state
+        # made and published either way; NotConfirmed carries the state
+        return state if confirm is None else confirm.check(state)
 
     async def restore_if_missing(self) -> bool:
         snapshot = await self._reads.snapshot()

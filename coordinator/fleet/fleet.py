@@ -13,7 +13,9 @@ connection). No method does a round trip per replica.
 
 Errors: ``ContractError`` (a ``ValueError``) for input refused before anything is sent;
 redis-py's ``ConnectionError``/``TimeoutError`` when Redis cannot be reached (nothing was
-sent); ``OutcomeUnknown`` when a change was sent and no answer came (read the state).
+sent); ``OutcomeUnknown`` when a change was sent and no answer came (read the state);
+``NotConfirmed`` (``coordinator.fleet.durability``, carrying the state) when a pause or resume
+is made on the primary but no replica confirmed it in time.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from coordinator.fleet.changes import Changes
+from coordinator.fleet.durability import Durability
 from coordinator.fleet.listener import AckListener
 from coordinator.fleet.models import AuditEvent, FleetStatus, ReplicaInfo, WaitReport
 from coordinator.fleet.reads import Reads
@@ -58,16 +61,27 @@ class Fleet:
 
     ``redis`` is a ``redis.asyncio.Redis`` client with or without ``decode_responses``.
     ``wait_poll_interval`` is how often ``wait`` re-reads the records of the replicas it has
-    not heard from (the fallback to acknowledgements).
+    not heard from (the fallback to acknowledgements). A pause or resume on a primary with
+    replicas connected waits up to ``min_replicas_timeout`` seconds for ``min_replicas_ack``
+    of them to confirm it (``WAIT``; 0: off), else raises ``NotConfirmed``.
     """
 
-    def __init__(self, redis: Redis, name: str, *, wait_poll_interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        name: str,
+        *,
+        wait_poll_interval: float = 0.5,
+        min_replicas_ack: int = 1,
+        min_replicas_timeout: float = 1.0,
+    ) -> None:
         self._redis = redis
         self._name = validate_fleet(name)
         self._keys = Keys(name)
         self.wait_poll_interval = wait_poll_interval
         self._reads = Reads(redis, self._name, self._keys)
-        self._changes = Changes(redis, self._name, self._keys, self._reads)
+        self._changes = Changes(redis, self._name, self._keys, self._reads,
+                                Durability(min_replicas_ack, min_replicas_timeout))
         self._listener = AckListener(redis, self._keys)
         self._waiter = Waiter(redis, self._keys, self._reads, self._listener)
 

@@ -8,6 +8,10 @@ replicas, both within the request's ``timeout``.
   (``WAIT_GRACE_S``) for its last read. A wait that Redis stops answering does not turn an
   applied change into a failure: the answer is 202 with the state, a wait report that is not
   ok, and a ``detail`` saying so.
+* A change made on the Redis primary that no Redis replica confirmed in time
+  (``NotConfirmed``, ``FLEETGATE_MIN_REPLICAS_ACK``) is made and published all the same: the
+  wait (if asked) goes on, and the answer is 202 with the state, ``"confirmed": false`` and a
+  ``detail`` saying so.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any, Final
 
 from redis.exceptions import RedisError
 
+from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import WaitReport
 from coordinator.render import action_dict
@@ -53,15 +58,43 @@ async def bounded_change(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     bound = asyncio.timeout_at(deadline)
+    unconfirmed: NotConfirmed | None = None
     try:
         async with bound:
-            state = await change()
+            try:
+                state = await change()
+            except NotConfirmed as exc:
+                state, unconfirmed = exc.state, exc
     except TimeoutError:
         if not bound.expired():
             raise
         raise OutcomeUnknown(f"no answer within the request's timeout ({timeout:g} s)") from None
+    outcome = await _wait(fleet, state, wait, deadline, max_wait)
+    return outcome if unconfirmed is None else _unconfirmed(outcome, unconfirmed)
+
+
+def _unconfirmed(outcome: Outcome, exc: NotConfirmed) -> Outcome:
+    """The answer to a change no replica confirmed in time: 202, saying so."""
+    body = dict(outcome.body)
+    counted = (f"{exc.acked} of {exc.wanted} replicas" if exc.acked is not None
+               else f"no answer: {exc.why}")
+    said = f"; {body['detail']}" if "detail" in body else ""
+    body["confirmed"] = False
+    body["detail"] = (
+        f"the change (version {exc.state.version}) was written to the Redis primary but not "
+        f"confirmed by a replica within {exc.timeout_s:g} s ({counted}): a failover now could "
+        f"lose it; check the state (GET /api/fleet) after one{said}"
+    )
+    return Outcome(body, 202)
+
+
+async def _wait(
+    fleet: Fleet, state: FleetState, wait: bool, deadline: float, max_wait: float
+) -> Outcome:
+    """With ``wait``, wait for ``state``'s version until ``deadline``, capped by ``max_wait``."""
     if not wait:
         return Outcome(action_dict(state, None))
+    loop = asyncio.get_running_loop()
     budget = max(0.0, min(deadline - loop.time(), max_wait))
     started = loop.time()
     try:

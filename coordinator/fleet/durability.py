@@ -1,0 +1,170 @@
+"""A change that survives the failover it meets: ``WAIT`` for a replica after the change script.
+
+Redis replicates asynchronously: a primary that dies right after a pause's script may take the
+pause with it, and a replica promoted in its place never saw it. So after the script answers,
+on the same connection (``WAIT`` counts the replicas that have every write *of its connection*),
+the coordinator sends ``WAIT min_replicas_ack timeout_ms``, when the primary has replicas
+connected:
+
+* whether it has any is read with ``ROLE`` on that connection (one round trip, remembered for
+  ``REPLICAS_CACHE_S``; a server that refuses ``ROLE`` is waited on all the same). A standalone
+  server without replicas is never waited on: ``WAIT`` would block its whole timeout there;
+* ``WAIT`` answering fewer replicas than asked (or not answering) does not undo anything: the
+  change is made on the primary and published. ``Confirmation.check`` then raises
+  ``NotConfirmed``, which carries the state, for the caller to say so (the CLI exits 4, the API
+  answers 202).
+
+``Durability(0)`` turns it off. The hook is ``ChangeScript``'s ``then``: whatever connection a
+client gives the script (a pool's, a cluster node's), the ``WAIT`` goes on that one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Final
+
+from redis.exceptions import RedisError, ResponseError
+
+from replica.contract import FleetState, text
+from replica.errors import ContractError, FleetgateError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MIN_REPLICAS_ACK: Final = 1
+DEFAULT_MIN_REPLICAS_TIMEOUT_S: Final = 1.0
+REPLICAS_CACHE_S: Final = 1.0
+"""How long the count of connected replicas (``ROLE``) is taken as still true."""
+READ_MARGIN_S: Final = 1.0
+"""Past ``WAIT``'s own timeout, how long its answer may take to come back."""
+
+
+class NotConfirmed(FleetgateError):
+    """A pause or resume that is made on the Redis primary, and published, but that no replica
+    confirmed within the timeout (``WAIT``): a failover now could lose it.
+
+    ``state`` is the state the change wrote; ``acked`` the replicas ``WAIT`` counted (None when
+    it did not answer: ``why``); ``wanted`` how many were asked for."""
+
+    def __init__(
+        self, state: FleetState, acked: int | None, wanted: int, timeout_s: float, why: str = ""
+    ) -> None:
+        self.state = state
+        self.acked = acked
+        self.wanted = wanted
+        self.timeout_s = timeout_s
+        self.why = why
+        counted = f"{acked} of {wanted}" if acked is not None else f"no answer ({why})"
+        super().__init__(
+            f"the change to fleet {state.fleet} (version {state.version}, "
+            f"{'paused' if state.paused else 'running'}) was written to the Redis primary but "
+            f"not confirmed by a replica within {timeout_s:g}s ({counted}): a failover now "
+            "could lose it"
+        )
+
+
+class Durability:
+    """One fleet's rule for confirming its changes: ``min_replicas_ack`` replicas (0: off)
+    within ``timeout_s`` seconds."""
+
+    def __init__(
+        self,
+        min_replicas_ack: int = DEFAULT_MIN_REPLICAS_ACK,
+        timeout_s: float = DEFAULT_MIN_REPLICAS_TIMEOUT_S,
+    ) -> None:
+        if isinstance(min_replicas_ack, bool) or min_replicas_ack < 0:
+            raise ContractError("min_replicas_ack must be 0 (off) or more")
+        if not timeout_s > 0:
+            raise ContractError("the timeout of a replica's confirmation must be positive")
+        self.min_replicas_ack = min_replicas_ack
+        self.timeout_s = timeout_s
+        self._replicas: int | None = None
+        self._seen_at = float("-inf")
+        self._role_refused = False
+
+    def __repr__(self) -> str:
+        return f"Durability({self.min_replicas_ack}, {self.timeout_s:g})"
+
+    def begin(self) -> Confirmation | None:
+        """What one change passes to its script call as ``then`` (None when off)."""
+        return Confirmation(self) if self.min_replicas_ack > 0 else None
+
+    async def replicas(self, conn: Any) -> int | None:
+        """Replicas connected to the server of ``conn`` (``ROLE``, remembered for a moment);
+        None when it cannot be told."""
+        if self._role_refused:
+            return None
+        if time.monotonic() - self._seen_at < REPLICAS_CACHE_S:
+            return self._replicas
+        await conn.send_command("ROLE")
+        try:
+            reply = await conn.read_response()
+        except ResponseError as exc:  # NOPERM, or a service without ROLE
+            self._role_refused = True
+            log.warning("cannot tell whether Redis has replicas (ROLE: %s): every change waits "
+                        "for %d to confirm it; set FLEETGATE_MIN_REPLICAS_ACK=0 where there are "
+                        "none", exc, self.min_replicas_ack)
+            return None
+        count = len(reply[2]) if text(reply[0]) == "master" and len(reply) > 2 else None
+        self._replicas, self._seen_at = count, time.monotonic()
+        return count
+
+
+class Confirmation:
+    """One change's confirmation: called with the connection its script ran on, after the
+    script answered (``ChangeScript``'s ``then``); ``check(state)`` then says what it found."""
+
+    def __init__(self, rule: Durability) -> None:
+        self.rule = rule
+        self.waited = False
+        """``WAIT`` was sent (the server has replicas, or could not say)."""
+        self.acked: int | None = None
+        self.why = ""
+
+    async def __call__(self, conn: Any) -> None:
+        """Never raises but ``CancelledError``: the change is made whatever this finds."""
+        rule = self.rule
+        self.waited, self.acked, self.why = False, None, ""
+        try:
+            if await rule.replicas(conn) == 0:
+                return
+            self.waited = True
+            await conn.send_command("WAIT", rule.min_replicas_ack, _ms(rule.timeout_s))
+            self.acked = int(await conn.read_response(timeout=rule.timeout_s + READ_MARGIN_S))
+        except asyncio.CancelledError:
+            raise
+        except (RedisError, OSError, TimeoutError, ValueError, TypeError, IndexError) as exc:
+            self.waited = True
+            self.why = " ".join(str(exc).split()) or type(exc).__name__
+            log.warning("could not confirm a change on a replica: %s", self.why)
+
+    @property
+    def confirmed(self) -> bool:
+        """No replica to wait for, or enough of them confirmed."""
+        return not self.waited or (self.acked is not None and self.acked >= self.rule.min_replicas_ack)
+
+    def check(self, state: FleetState) -> FleetState:
+        """``state`` when confirmed; else raise ``NotConfirmed`` carrying it."""
+        if self.confirmed:
+            return state
+        log.warning("fleet %s: v%d written to the primary, but %s of %d replicas confirmed it "
+                    "within %gs", state.fleet, state.version,
+                    "none" if self.acked is None else self.acked, self.rule.min_replicas_ack,
+                    self.rule.timeout_s)
+        raise NotConfirmed(state, self.acked, self.rule.min_replicas_ack, self.rule.timeout_s,
+                           self.why)
+
+
+def _ms(seconds: float) -> int:
+    """WAIT's timeout in milliseconds: at least 1 (0 would block for ever)."""
+    return max(1, round(seconds * 1000))
+
+
+__all__ = [
+    "DEFAULT_MIN_REPLICAS_ACK",
+    "DEFAULT_MIN_REPLICAS_TIMEOUT_S",
+    "Confirmation",
+    "Durability",
+    "NotConfirmed",
+]
