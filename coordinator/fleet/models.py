@@ -300,11 +300,19 @@ class AuditEvent:
 
     id: str
     action: str
-    """"pause", "resume" or "restore"."""
+    """"pause", "resume", "restore", a hold change ("hold_added", "hold_updated",
+    "hold_released", "hold_scheduled", "hold_cancelled") or a window's edge ("window_started",
+    "window_ended")."""
     reason: str
     by: str
     version: int
     at: datetime | None
+    hold: str = ""
+    """The hold it changed (several comma-separated for a resume of all); "" before holds."""
+    starts_at: datetime | None = None
+    """A scheduled hold's start."""
+    auto_resume_at: datetime | None = None
+    """When the hold ends by itself."""
 
     @classmethod
     def from_entry(cls, entry_id: Any, fields: Mapping[Any, Any]) -> AuditEvent:
@@ -316,6 +324,9 @@ class AuditEvent:
             by=h.get("by", ""),
             version=_int(h.get("version")),
             at=_time(h.get("at")),
+            hold=h.get("hold", ""),
+            starts_at=_time(h.get("starts_at")),
+            auto_resume_at=_time(h.get("auto_resume_at")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -326,6 +337,9 @@ class AuditEvent:
             "by": self.by,
             "version": self.version,
             "at": format_time(self.at) or None,
+            "hold": self.hold or None,
+            "starts_at": format_time(self.starts_at) or None,
+            "auto_resume_at": format_time(self.auto_resume_at) or None,
         }
 
 

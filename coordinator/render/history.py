@@ -1,4 +1,5 @@
-"""The audit trail: its JSON shape (``history_dict``) and its table (``history_table``)."""
+"""The audit trail: its JSON shape (``history_dict``) and its table (``history_table``), each
+entry with the hold it changed (``hold``; ``starts_at``/``auto_resume_at`` of a window)."""
 
 from __future__ import annotations
 
@@ -23,14 +24,26 @@ def history_table(events: Sequence[AuditEvent]) -> RenderableType:
     if not events:
         return Text("no pause or resume recorded", style="italic")
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for name in ("at", "action", "by", "reason", "version"):
+    for name in ("at", "action", "hold", "by", "reason", "version"):
         table.add_column(name)
     for e in events:
         table.add_row(
-            cell(format_time(e.at)), cell(e.action), cell(e.by or "-"), cell(e.reason or "-"),
-            cell(e.version),
+            cell(format_time(e.at)), cell(e.action), cell(_hold(e)),
+            cell(e.by or "-"), cell(e.reason or "-"), cell(e.version),
         )
     return table
+
+
+def _hold(e: AuditEvent) -> str:
+    """The hold, and for a scheduled one (or a window) when it starts and ends."""
+    if not e.hold:
+        return "-"
+    times = []
+    if e.starts_at is not None:
+        times.append(f"from {format_time(e.starts_at)}")
+    if e.auto_resume_at is not None:
+        times.append(f"until {format_time(e.auto_resume_at)}")
+    return e.hold + (f" ({' '.join(times)})" if times else "")
 
 
 __all__ = ["history_dict", "history_table"]
