@@ -200,3 +200,56 @@ def test_the_prometheusrule_carries_the_same_groups_as_the_rules_file() -> None:
     assert document["apiVersion"] == "monitoring.coreos.com/v1"
     assert document["kind"] == "PrometheusRule"
     assert document["spec"] == yaml.safe_load(RULES_FILE.read_text(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------------------- many fleets
+
+AGGREGATION = re.compile(r"\b(sum|max|min|avg|count)\s*(?:by\s*\(([^)]*)\))?\s*(?:without\s*\([^)]*\))?\s*\(")
+
+
+def _fleet_alerts() -> list[Rule]:
+    """The alerts on the coordinator's series, which carry one ``fleet`` label per fleet."""
+    return [rule for rule in _alert_rules() if "fleetgate_fleet_" in rule["expr"]]
+
+
+def test_the_fleet_alerts_aggregate_by_fleet_so_each_fleet_alerts_on_its_own() -> None:
+    """A coordinator exports every fleet of its Redis: an aggregation that drops ``fleet``
+    would fold them all into one alert."""
+    assert _fleet_alerts()
+    for rule in _fleet_alerts():
+        for _op, by in AGGREGATION.findall(rule["expr"]):
+            labels = {label.strip() for label in by.split(",")}
+            assert "fleet" in labels, f"{rule['alert']} aggregates without keeping fleet"
+        assert "{{ $labels.fleet }}" in rule["annotations"]["summary"], rule["alert"]
+
+
+def test_every_fleet_alert_has_a_unit_test_where_two_fleets_fire_at_once() -> None:
+    tests = yaml.safe_load(RULES_TEST_FILE.read_text(encoding="utf-8"))
+    together: set[str] = set()
+    for test in tests["tests"]:
+        for case in test.get("alert_rule_test", []):
+            fleets = {alert["exp_labels"].get("fleet") for alert in case.get("exp_alerts") or []}
+            if len(fleets - {None}) >= 2:
+                together.add(case["alertname"])
+    assert together == {rule["alert"] for rule in _fleet_alerts()}
+
+
+def test_promtool_fails_rules_that_fold_every_fleet_into_one_alert(tmp_path: Path) -> None:
+    """The two-fleet unit tests are not vacuous: the rules aggregated by namespace alone (one
+    alert for every fleet) fail them."""
+    folded = RULES_FILE.read_text(encoding="utf-8").replace("by (namespace, fleet)", "by (namespace)")
+    assert folded != RULES_FILE.read_text(encoding="utf-8")
+    rules = tmp_path / "folded-rules.yml"
+    rules.write_text(folded, encoding="utf-8")
+    tests = yaml.safe_load(RULES_TEST_FILE.read_text(encoding="utf-8"))
+    tests["rule_files"] = [str(rules)]
+    tests["tests"] = [
+        test for test in tests["tests"] if test["name"].startswith("two fleets")
+        and any(case.get("exp_alerts") for case in test["alert_rule_test"])
+    ]
+    assert len(tests["tests"]) == 2
+    broken = tmp_path / "folded.test.yml"
+    broken.write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
+    result = _run_promtool("test", "rules", str(broken))
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "FAILED" in result.stdout + result.stderr
