@@ -4,6 +4,7 @@
     fleetgate resume [--reason TEXT] [--by NAME] [--stagger 30s] [--wait] [--timeout 60s]
     fleetgate status [--watch]
     fleetgate history [--limit N]
+    fleetgate fleets [--limit N]
     fleetgate enqueue ITEM... | --count N | --file PATH
     fleetgate serve [--host 127.0.0.1] [--port 8080] [--insecure-no-auth]
     fleetgate demo
@@ -29,7 +30,7 @@ from typing import Annotated
 
 import typer
 
-from coordinator.cli import change, enqueue, read, serve
+from coordinator.cli import change, enqueue, fleets, read, serve
 from coordinator.cli.exits import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -69,8 +70,8 @@ def _options(
 
 
 for command in (
-    change.pause, change.resume, read.status, read.history, enqueue.enqueue, serve.serve,
-    serve.demo,
+    change.pause, change.resume, read.status, read.history, fleets.fleets, enqueue.enqueue,
+    serve.serve, serve.demo,
 ):
     app.command()(command)
 

@@ -1,0 +1,87 @@
+"""Every fleet on a Redis at once: ``read_overview`` lists the fleets of the registry
+(``coordinator.fleet.registry``) and reads each one's status, a few at a time.
+
+Each fleet is read as ``fleetgate status`` reads it (``Fleet.status()``: the state hash, the
+``replicas`` set and the records in bounded batches), or through ``read`` when the caller has a
+cheaper one (a snapshot cache). At most ``concurrency`` fleets are read at once, so a Redis with
+hundreds of fleets sees a steady trickle, not a burst; the reads share the caller's client. One
+fleet's read failing (Redis gone) fails the whole overview, and the reads still under way are
+cancelled with it: no read outlives the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final
+
+from redis.asyncio import Redis
+
+from coordinator.fleet.fleet import Fleet
+from coordinator.fleet.models import FleetStatus
+from coordinator.fleet.registry import read_registry
+from replica.contract import now_utc
+
+MAX_LISTED: Final = 1000
+"""The most fleets an overview reads (newest activity first): each one is a read of its state
+and its records."""
+FLEET_READS: Final = 8
+"""How many fleets an overview reads at once."""
+
+StatusReader = Callable[[Fleet], Awaitable[FleetStatus]]
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """The fleets of the registry (newest activity first), each one's status, and what the
+    registry said besides: each fleet's last activity (ms since the epoch), whether there were
+    more than ``MAX_LISTED`` and how many members were not fleet names."""
+
+    statuses: list[FleetStatus]
+    activity_ms: dict[str, float] = field(default_factory=dict)
+    truncated: bool = False
+    unreadable: int = 0
+    now: datetime = field(default_factory=now_utc)
+
+
+async def _status(fleet: Fleet) -> FleetStatus:
+    return await fleet.status()
+
+
+async def read_statuses(
+    fleets: Sequence[Fleet], read: StatusReader = _status, concurrency: int = FLEET_READS
+) -> list[FleetStatus]:
+    """``read(fleet)`` of each fleet, in order, at most ``concurrency`` at once. The first
+    failure is raised and cancels the others."""
+    gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(fleet: Fleet) -> FleetStatus:
+        async with gate:
+            return await read(fleet)
+
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(one(f), name=f"fleetgate-read-{f.name}") for f in fleets]
+    return [t.result() for t in tasks]
+
+
+async def read_overview(
+    redis: Redis,
+    *,
+    fleet: Callable[[str], Fleet] | None = None,
+    read: StatusReader = _status,
+    limit: int = MAX_LISTED,
+    concurrency: int = FLEET_READS,
+) -> Overview:
+    """The registry's fleets (at most ``limit``, newest activity first) and each one's status.
+    ``fleet(name)`` makes the ``Fleet`` of a name (default: ``Fleet(redis, name)``). Raises
+    redis-py's errors when Redis cannot be reached."""
+    registry = await read_registry(redis, limit + 1)
+    names = registry.names[:limit]
+    make = fleet if fleet is not None else (lambda name: Fleet(redis, name))
+    statuses = await read_statuses([make(n) for n in names], read, concurrency)
+    return Overview(statuses, registry.fleets, len(registry.names) > limit, registry.unreadable)
+
+
+__all__ = ["FLEET_READS", "MAX_LISTED", "Overview", "StatusReader", "read_overview", "read_statuses"]

@@ -1,0 +1,144 @@
+"""Every fleet on one page: the rows of ``fleetgate fleets`` (and ``GET /api/fleets``).
+
+The shape (``fleets --json``)::
+
+    {"fleets": [{"fleet": "orders", "paused": true, "reason": "db failover", "by": "alice",
+                 "since": "...", "version": 4, "holds": {...} | absent, "live": 3, "stale": 0,
+                 "unacknowledged": 0, "unreadable": 0, "pause_age_s": 252.1,
+                 "overdue": false, "last_activity": "..."}, ...],
+     "truncated": false, "unreadable": 0, "now": "..."}
+
+Paused fleets first (overdue ones before the others), then by name. ``holds`` is the state's
+``holds`` object when the state carries holds; ``reason`` is empty for a running fleet. The
+figures are those of the fleet's ``status`` summary (``coordinator.render.status.summary``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from coordinator.durations import format_age
+from coordinator.fleet.models import FleetStatus
+from coordinator.fleet.overview import Overview
+from coordinator.render.status import summary
+from coordinator.render.text import cell
+from replica.contract import FleetState, format_time
+
+
+def fleet_row(
+    status: FleetStatus, now: datetime, max_pause: float, activity_ms: float | None = None
+) -> dict[str, Any]:
+    """One fleet: paused or not (and why, by whom, since when, its holds when the state has
+    them), its replicas live, stale and unacknowledged, the pause's age, whether overdue."""
+    state = status.state
+    s = summary(state, status.replicas, now, max_pause, status.unreadable)
+    paused = bool(s["effectively_paused"])
+    row: dict[str, Any] = {
+        "fleet": state.fleet,
+        "paused": paused,
+        "reason": state.reason if paused else "",
+        "by": state.by,
+        "since": format_time(state.since) or None,
+        "version": state.version,
+        "live": s["live"],
+        "stale": s["stale"],
+        "unacknowledged": s["unacknowledged"],
+        "unreadable": s["unreadable"],
+        "pause_age_s": s["pause_age_s"],
+        "overdue": s["overdue"],
+        "last_activity": None if activity_ms is None else _ms_time(activity_ms),
+    }
+    holds = state.to_dict().get("holds")
+    if holds is not None:
+        row["holds"] = holds
+    return row
+
+
+def sort_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Paused fleets first (overdue ones before the others), then by name."""
+    return sorted(rows, key=lambda r: (not r["paused"], not r["overdue"], r["fleet"]))
+
+
+def overview_dict(overview: Overview, max_pause: float) -> dict[str, Any]:
+    """``fleetgate fleets --json``: a row per fleet, paused ones first."""
+    now = overview.now
+    rows = [fleet_row(st, now, max_pause, overview.activity_ms.get(st.state.fleet))
+            for st in overview.statuses]
+    return {
+        "fleets": sort_rows(rows),
+        "truncated": overview.truncated,
+        "unreadable": overview.unreadable,
+        "now": format_time(now),
+    }
+
+
+def active_hold_names(state: FleetState, now: datetime) -> list[str]:
+    """The names of the holds in force at ``now``, then the scheduled ones marked so (none for
+    a state without holds: a pause then shows no hold)."""
+    holds = getattr(state, "holds", None)
+    if not holds:
+        return []
+    names = []
+    for hold in holds:
+        status = hold.status(now)
+        if status == "active":
+            names.append(hold.name)
+        elif status == "scheduled":
+            names.append(f"{hold.name} (scheduled)")
+    return names
+
+
+def overview_renderable(overview: Overview, max_pause: float) -> RenderableType:
+    """``fleetgate fleets``: one line per fleet, paused ones first."""
+    data = overview_dict(overview, max_pause)
+    by_name = {st.state.fleet: st.state for st in overview.statuses}
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for name in ("fleet", "state", "holds", "live", "stale", "unacked", "paused for", "overdue",
+                 "reason"):
+        table.add_column(name, justify="right" if name in ("live", "stale", "unacked") else "left")
+    for row in data["fleets"]:
+        state = by_name[row["fleet"]]
+        age = row["pause_age_s"]
+        holds = active_hold_names(state, overview.now)
+        table.add_row(
+            cell(row["fleet"]),
+            cell("PAUSED" if row["paused"] else "running",
+                 style=("bold red" if row["overdue"] else "bold yellow") if row["paused"] else "green"),
+            cell(", ".join(holds) or "-"),
+            cell(row["live"]),
+            cell(row["stale"], style="red" if row["stale"] else ""),
+            cell(row["unacknowledged"], style="yellow" if row["unacknowledged"] else ""),
+            cell(format_age(age) if row["paused"] and age is not None else "-"),
+            cell("OVERDUE" if row["overdue"] else "-", style="bold red" if row["overdue"] else ""),
+            cell(row["reason"] or "-"),
+        )
+    parts: list[RenderableType] = []
+    if not data["fleets"]:
+        parts.append(Text("no fleet on this Redis yet (the registry fleetgate:fleets is empty)",
+                          style="italic"))
+    else:
+        total = len(data["fleets"])
+        paused = sum(1 for r in data["fleets"] if r["paused"])
+        parts.append(Text(f"{total} fleet{'' if total == 1 else 's'}: {paused} paused, "
+                          f"{total - paused} running"))
+        parts.append(table)
+    if overview.truncated:
+        parts.append(Text(f"only the {len(data['fleets'])} most recently active fleets are shown",
+                          style="yellow"))
+    if overview.unreadable:
+        parts.append(Text(f"{overview.unreadable} member(s) of fleetgate:fleets are not fleet "
+                          "names: skipped", style="yellow"))
+    return Group(*parts)
+
+
+def _ms_time(ms: float) -> str:
+    return format_time(datetime.fromtimestamp(ms / 1000, tz=UTC))
+
+
+__all__ = ["active_hold_names", "fleet_row", "overview_dict", "overview_renderable", "sort_rows"]
