@@ -1,11 +1,12 @@
-"""Every fleet on one page: the rows of ``fleetgate fleets`` (and ``GET /api/fleets``).
+"""Every fleet on one page: the rows of ``fleetgate fleets`` (the rows of ``GET /api/fleets``,
+``coordinator.web.fleetview``, carry the same fields, read from the server's snapshots).
 
 The shape (``fleets --json``)::
 
     {"fleets": [{"fleet": "orders", "paused": true, "reason": "db failover", "by": "alice",
-                 "since": "...", "version": 4, "holds": {...} | absent, "live": 3, "stale": 0,
-                 "unacknowledged": 0, "unreadable": 0, "pause_age_s": 252.1,
-                 "overdue": false, "last_activity": "..."}, ...],
+                 "since": "...", "version": 4, "holds": {...} | absent, "replicas": 4,
+                 "live": 3, "stale": 1, "unacknowledged": 0, "unreadable": 0,
+                 "pause_age_s": 252.1, "overdue": false, "last_activity": "..."}, ...],
      "truncated": false, "unreadable": 0, "now": "..."}
 
 Paused fleets first (overdue ones before the others), then by name. ``holds`` is the state's
@@ -29,6 +30,7 @@ from coordinator.fleet.overview import Overview
 from coordinator.render.status import summary
 from coordinator.render.text import cell
 from replica.contract import FleetState, format_time
+from replica.contract.holds import ACTIVE, SCHEDULED
 
 
 def fleet_row(
@@ -46,6 +48,7 @@ def fleet_row(
         "by": state.by,
         "since": format_time(state.since) or None,
         "version": state.version,
+        "replicas": s["replicas"],
         "live": s["live"],
         "stale": s["stale"],
         "unacknowledged": s["unacknowledged"],
@@ -81,15 +84,12 @@ def overview_dict(overview: Overview, max_pause: float) -> dict[str, Any]:
 def active_hold_names(state: FleetState, now: datetime) -> list[str]:
     """The names of the holds in force at ``now``, then the scheduled ones marked so (none for
     a state without holds: a pause then shows no hold)."""
-    holds = getattr(state, "holds", None)
-    if not holds:
-        return []
     names = []
-    for hold in holds:
+    for hold in state.holds or ():
         status = hold.status(now)
-        if status == "active":
+        if status == ACTIVE:
             names.append(hold.name)
-        elif status == "scheduled":
+        elif status == SCHEDULED:
             names.append(f"{hold.name} (scheduled)")
     return names
 
