@@ -6,6 +6,7 @@ where the registry must hold only the test's fleets), real replicas, the real ap
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +15,16 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.demo.localredis import LocalRedis
+from coordinator.demo.localredis import LocalRedis, free_port
 from coordinator.fleet.fleet import Fleet
 from coordinator.web.api import create_app
 from coordinator.web.deps import FleetCache
 from replica.contract import Keys
 from tests.apikit import VIEW, auth, client_for, json_headers, make_settings
-from tests.fleetkit import replicas, until
+from tests.fleetkit import FLEETGATE, ROOT, replicas, until
+from tests.procs import Processes
 
+ADMIN_TOKEN = "fleets-admin-token-012345"
 ORDERS_ONCALL = "orders-oncall-token-0123"
 ORDERS_DASH = "orders-dash-token-012345"
 
@@ -311,3 +314,57 @@ async def test_the_fleet_cache_keeps_the_default_fleet_and_a_bounded_number_of_o
     assert cache.get("a") is not first  # the least recently used went out
     assert cache.get("main") is cache.default
     assert all(cache.get(name).redis is redis for name in ("a", "b", "main"))
+
+
+# ---------------------------------------------------------------------------- the real server
+
+
+@pytest.mark.slow
+async def test_fleetgate_serve_serves_two_fleets_to_their_tokens(
+    private_redis: LocalRedis, processes: Processes, tmp_path: Path
+) -> None:
+    """The real ``fleetgate serve`` process: both fleets in ``GET /api/fleets`` and ``/metrics``,
+    a token limited to one of them refused the other."""
+    url = private_redis.url
+    client = aioredis.Redis.from_url(url, decode_responses=True)
+    try:
+        await Fleet(client, "email").pause("smtp down", by="ops")
+    finally:
+        await client.aclose()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETGATE_")}
+    port = free_port()
+    env.update({
+        "FLEETGATE_REDIS_URL": url, "FLEETGATE_FLEET": "orders", "FLEETGATE_ADMIN_TOKEN": ADMIN_TOKEN,
+        "FLEETGATE_TOKENS_FILE": tokens_file(tmp_path, "orders"),
+    })
+    with (tmp_path / "serve.log").open("w") as log:
+        proc = processes.start(
+            [FLEETGATE, "serve", "--port", str(port)], stdout=log, stderr=log, env=env, cwd=ROOT
+        )
+        async with replicas(url, "orders", 2), \
+                httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as api:
+
+            async def serving_both() -> bool:
+                try:
+                    response = await api.get("/api/fleets", headers=auth(ADMIN_TOKEN))
+                except httpx.TransportError:
+                    return False
+                return response.status_code == 200 and \
+                    [r["fleet"] for r in response.json()["fleets"]] == ["email", "orders"]
+
+            await until(serving_both)
+            rows = (await api.get("/api/fleets", headers=auth(ADMIN_TOKEN))).json()["fleets"]
+            limited = (await api.get("/api/fleets", headers=auth(ORDERS_DASH))).json()["fleets"]
+            refused = await api.get("/api/fleets/email", headers=auth(ORDERS_DASH))
+            paused = await api.post("/api/fleet/pause", headers=json_headers(ORDERS_ONCALL),
+                                    json={"reason": "deploy", "wait": True, "timeout": 20})
+            metrics = metric_samples((await api.get("/metrics")).text)
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0, (tmp_path / "serve.log").read_text()
+    assert (rows[0]["paused"], rows[0]["reason"], rows[1]["live"]) == (True, "smtp down", 2)
+    assert [r["fleet"] for r in limited] == ["orders"]
+    assert refused.status_code == 403 and "is not given fleet email" in refused.json()["detail"]
+    assert paused.status_code == 200, paused.text
+    assert metrics[("fleetgate_fleet_paused", (("fleet", "email"), ("reason", "smtp down")))] == 1
+    assert metrics[("fleetgate_fleet_paused", (("fleet", "orders"), ("reason", "deploy")))] == 1
+    assert metrics[("fleetgate_fleet_replicas", (("fleet", "orders"), ("state", "quiet")))] == 2
