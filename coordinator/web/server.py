@@ -118,7 +118,7 @@ def serve_forever(
     sock = listen(settings.host, settings.port)
     try:
         log.info(
-            "serving fleet %s on http://%s:%d (Redis %s)",
+            "serving every fleet (default %s) on http://%s:%d (Redis %s)",
             settings.fleet, settings.host, sock.getsockname()[1], redact(settings.redis_url),
         )
         config = uvicorn.Config(
