@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from coordinator.cli.exits import EXIT_OUTCOME_UNKNOWN, EXIT_UNREACHABLE, CliError, usage
@@ -27,6 +26,7 @@ from coordinator.fleet.fleet import Fleet
 from coordinator.settings import CoordinatorSettings
 from replica.contract import FleetState
 from replica.contract.urls import redact_url
+from replica.control.connect import connect
 from replica.control.redisio import bounded, cancel_bounded
 from replica.errors import ContractError, OutcomeUnknown
 from replica.service.shutdown import Shutdown, conventional_status
@@ -103,7 +103,7 @@ def run_with_fleet(
 
     async def go() -> T:
         try:
-            redis = Redis.from_url(
+            redis = connect(
                 settings.redis_url,
                 decode_responses=True,
                 socket_connect_timeout=CONNECT_TIMEOUT_S,

@@ -11,6 +11,7 @@ Redis is then stopped (after a signal: killed). ``kill_all`` is the watchdog's l
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import secrets
@@ -29,6 +30,22 @@ from rich.markup import escape
 
 from coordinator.demo.localredis import LocalRedis, free_port
 from replica.contract.urls import redact_url
+from replica.control.connect import connect
+
+
+def _ping(url: str) -> None:
+    """PING what ``url`` names (any topology: the one connection factory), on a thread of its
+    own: the demo's loop may be running."""
+
+    async def ping() -> None:
+        client = connect(url, socket_connect_timeout=3, socket_timeout=3)
+        try:
+            await client.ping()
+        finally:
+            await client.aclose()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, ping()).result()
 
 WORKERS = 4
 ITEM_SECONDS = 0.05
@@ -66,8 +83,7 @@ class DemoProcesses:
         url = os.environ.get("FLEETGATE_REDIS_URL")
         if url:
             try:
-                with redis.Redis.from_url(url, socket_connect_timeout=3) as probe:
-                    probe.ping()
+                _ping(url)
             except (redis.RedisError, ValueError) as exc:
                 raise RuntimeError(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
             self.redis_url = url

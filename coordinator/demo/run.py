@@ -43,6 +43,7 @@ from coordinator.demo.processes import (
 )
 from coordinator.fleet.fleet import Fleet
 from replica.contract import Keys, parse_time
+from replica.control.connect import connect
 from replica.service.shutdown import Interrupted, Shutdown, conventional_status
 
 ITEMS = 600
@@ -91,7 +92,7 @@ class Demo(DemoProcesses):
         self.start_redis()
         self.start_replicas()
         self.start_api()
-        client = aioredis.Redis.from_url(self.redis_url, decode_responses=True)
+        client = connect(self.redis_url, decode_responses=True)
         try:
             await self.wait_http()
             fleet = Fleet(client, self.fleet_name)

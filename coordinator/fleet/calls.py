@@ -26,6 +26,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from replica.control.connect import pool_for
 from replica.control.redisio import uncancelled
 from replica.errors import OutcomeUnknown
 
@@ -90,7 +91,7 @@ class ChangeScript:
         what: str,
         then: Callable[[Any], Awaitable[None]] | None,
     ) -> Any:
-        pool = self._redis.connection_pool
+        pool = pool_for(self._redis, keys[0]) if keys else self._redis.connection_pool
         conn = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
             await _alive(conn)

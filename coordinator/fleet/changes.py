@@ -41,6 +41,7 @@ from replica.contract import (
 )
 from replica.contract.holds import DEFAULT_HOLD, MAX_HOLDS, validate_hold
 from replica.contract.scripts import RESTORE_RAISED
+from replica.control.connect import sharded
 from replica.errors import ContractError, HoldConflict, InvalidMessage
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class Changes:
         self.last: LastChange | None = None
         self.durability = durability or Durability()
         """WAIT for replicas after a pause or resume (coordinator.fleet.durability)."""
-        self.sharded = False
+        self.sharded = sharded(redis)
         """Publish with SPUBLISH (a cluster: sharded pub/sub)."""
 
     async def pause(
@@ -203,7 +204,7 @@ class Changes:
             return False
         keys = self._keys
         written = await self._restore(
-            [keys.state, keys.audit, keys.control], restore_args(newest, "coordinator"),
+            [keys.state, keys.audit, keys.control], restore_args(newest, "coordinator", sharded=self.sharded),
             f"restore of fleet {self._name}",
         )
         if int(written) == RESTORE_RAISED:

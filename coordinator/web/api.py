@@ -55,6 +55,7 @@ from coordinator.web.fleets import install as install_fleet_routes
 from coordinator.web.fleetview import listed_fleets
 from coordinator.web.metrics import CONTENT_TYPE, OverdueWatcher, render_fleets
 from coordinator.web.middleware import BodyLimit, HeadAsGet
+from replica.control.connect import connect
 from replica.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        redis = Redis.from_url(
+        redis = connect(
             settings.redis_url, decode_responses=True, socket_connect_timeout=5, socket_timeout=10
         )
         runtime.redis = redis

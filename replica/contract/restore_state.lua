@@ -9,7 +9,9 @@
 -- KEYS[1] fleetgate:{NAME}:state   KEYS[2] fleetgate:{NAME}:audit   KEYS[3] fleetgate:{NAME}:control
 -- ARGV[1] version   ARGV[2] paused ("1" or "0")   ARGV[3] now (ISO 8601 UTC, ms)
 -- ARGV[4] who restores (replica id or coordinator)   ARGV[5] audit stream cap
--- ARGV[6] the state as a control message (JSON)     ARGV[7..] field, value, ... of the hash
+-- ARGV[6] the state as a control message (JSON)     ARGV[7..#ARGV-1] field, value, ... of the hash
+-- ARGV[#ARGV] "1": publish with SPUBLISH (a cluster: sharded pub/sub, the channel in the
+-- keys' slot), else PUBLISH
 --
 -- Whenever it writes the hash it stamps `restored_at` = ARGV[3]: Redis lost data then, and
 -- replicas whose records it lost may not have registered again yet (wait reads it).
@@ -37,12 +39,16 @@ if cur[1] or cur[2] then
   redis.call('DEL', KEYS[1])
 end
 local fields = {}
-for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 7, #ARGV - 1 do fields[#fields + 1] = ARGV[i] end
 fields[#fields + 1] = 'restored_at'
 fields[#fields + 1] = ARGV[3]
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*',
   'action', 'restore', 'reason', 'state hash was missing or older', 'by', ARGV[4],
   'version', ARGV[1], 'at', ARGV[3])
-redis.call('PUBLISH', KEYS[3], ARGV[6])
+if ARGV[#ARGV] == '1' then
+  redis.call('SPUBLISH', KEYS[3], ARGV[6])
+else
+  redis.call('PUBLISH', KEYS[3], ARGV[6])
+end
 return 1

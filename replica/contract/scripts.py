@@ -25,8 +25,11 @@ RESTORE_RAISED: Final = 2
 """RESTORE_STATE_LUA's answer when it kept an older pause and raised its version."""
 
 
-def restore_args(state: FleetState, who: str, now: datetime | None = None) -> list[str]:
-    """ARGV for RESTORE_STATE_LUA (KEYS: state, audit, control)."""
+def restore_args(
+    state: FleetState, who: str, now: datetime | None = None, *, sharded: bool = False
+) -> list[str]:
+    """ARGV for RESTORE_STATE_LUA (KEYS: state, audit, control); the last, "1" with
+    ``sharded``: publish with SPUBLISH (a cluster)."""
     args = [
         str(state.version),
         "1" if state.paused else "0",
@@ -37,4 +40,5 @@ def restore_args(state: FleetState, who: str, now: datetime | None = None) -> li
     ]
     for k, v in state.to_hash().items():
         args += [k, v]
+    args.append("1" if sharded else "0")
     return args

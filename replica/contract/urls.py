@@ -8,9 +8,24 @@ is not a valid URL at all (``reddis://user:pw@host``, ``redis://:pw@[::1``), and
 with several hosts (``redis+sentinel://user:pw@h1:1,h2:2/svc``, ``redis+cluster://...``).
 When in doubt it hides more, never less.
 
+``parse_redis_url`` reads every form fleetgate takes into a ``RedisTarget`` (what the
+connection factory, ``replica.control.connect``, opens):
+
+* ``redis://``, ``rediss://``, ``unix://``: one server (redis-py reads the URL itself);
+* ``redis+sentinel://[user:password@]host:port[,host:port...]/SERVICE[/DB]`` (``rediss+`` for
+  TLS to the sentinels and Redis alike): the master of SERVICE, as the sentinels name it;
+* ``redis+cluster://[user:password@]host:port[,host:port...]`` (``rediss+`` for TLS): a Redis
+  Cluster, the hosts its seeds.
+
+The two multi-host forms take the query parameters ``sentinel_username`` and
+``sentinel_password`` (Sentinel only: the sentinels' own credentials), ``socket_timeout`` and
+``socket_connect_timeout`` (seconds), and nothing else. The user part and the parameters are
+percent-decoded.
+
 ``check_redis_url`` refuses what cannot work (a scheme it does not know, no host, a port that
-is not a number, an unreadable IPv6 address, a password holding ``#``, ``?`` or ``/`` unencoded)
-with a ``ValueError`` of one line, whose only copy of the URL is the redacted one.
+is not a number, an unreadable IPv6 address, a password holding ``#``, ``?`` or ``/`` unencoded,
+a Sentinel URL without its service, an unknown or bad parameter) with a ``ContractError`` (a
+``ValueError``) of one line, whose only copy of the URL is the redacted one.
 
 A leaf: standard library only.
 """
@@ -19,11 +34,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Final
-from urllib.parse import unquote, urlsplit
+from dataclasses import dataclass
+from typing import Final, Literal
+from urllib.parse import parse_qsl, unquote, urlsplit
 
-REDIS_SCHEMES: Final = frozenset({"redis", "rediss", "unix"})
-"""The schemes a single Redis endpoint takes."""
+from replica.errors import ContractError
+
+SINGLE_SCHEMES: Final = frozenset({"redis", "rediss", "unix"})
+"""The schemes of a single Redis endpoint."""
+SENTINEL_SCHEMES: Final = frozenset({"redis+sentinel", "rediss+sentinel"})
+CLUSTER_SCHEMES: Final = frozenset({"redis+cluster", "rediss+cluster"})
+REDIS_SCHEMES: Final = SINGLE_SCHEMES | SENTINEL_SCHEMES | CLUSTER_SCHEMES
+"""Every scheme fleetgate takes."""
+Topology = Literal["standalone", "sentinel", "cluster"]
+DEFAULT_PORTS: Final = {"sentinel": 26379, "cluster": 6379}
+PARAMETERS: Final = frozenset(
+    {"sentinel_username", "sentinel_password", "socket_timeout", "socket_connect_timeout"}
+)
+"""The query parameters of the Sentinel and Cluster forms."""
 MASK: Final = "***"
 
 _SCHEME: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):(//)?")
@@ -81,10 +109,118 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
+@dataclass(frozen=True)
+class RedisTarget:
+    """What a Redis URL names: ``parse_redis_url``'s answer. ``url`` is the URL as given
+    (stripped); ``shown`` the same, redacted, for log lines and errors. For ``standalone`` only
+    ``url``, ``tls`` and ``shown`` matter (redis-py reads the URL)."""
+
+    topology: Topology
+    url: str
+    shown: str
+    tls: bool = False
+    hosts: tuple[tuple[str, int], ...] = ()
+    service: str = ""
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    sentinel_username: str | None = None
+    sentinel_password: str | None = None
+    socket_timeout: float | None = None
+    socket_connect_timeout: float | None = None
+
+    def __repr__(self) -> str:  # never a password, even in a traceback
+        return f"RedisTarget({self.topology}, {self.shown!r})"
+
+
+def parse_redis_url(url: str, schemes: Iterable[str] = REDIS_SCHEMES) -> RedisTarget:
+    """Read ``url`` (see the module docstring); ``ContractError`` with one line naming what is
+    wrong, the URL redacted, when it cannot work."""
+    value = _check_syntax(url, schemes)
+    shown = redact_url(value)
+    scheme = value.partition(":")[0].lower()
+    if scheme in SINGLE_SCHEMES:
+        return RedisTarget("standalone", value, shown, tls=scheme == "rediss")
+    topology: Topology = "sentinel" if scheme in SENTINEL_SCHEMES else "cluster"
+    parts = urlsplit(value)
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    hosts = tuple(_host_port(h, DEFAULT_PORTS[topology]) for h in hostlist.split(","))
+    segments = [unquote(p) for p in parts.path.split("/")[1:]]
+    if segments and segments[-1] == "":
+        segments.pop()  # a trailing "/"
+    service, db = "", 0
+    if topology == "sentinel":
+        if not segments or not segments[0]:
+            raise ContractError(f"names no Sentinel service (.../SERVICE[/DB]): {shown!r}")
+        if len(segments) > 2:
+            raise ContractError(f"has more than /SERVICE/DB in its path: {shown!r}")
+        service = segments[0]
+        if len(segments) == 2:
+            db = _database(segments[1], shown)
+    elif segments and segments != ["0"]:
+        raise ContractError(f"has a path, which a cluster URL does not take (a cluster has "
+                            f"database 0 only): {shown!r}")
+    params: dict[str, str] = {}
+    try:
+        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError:
+        raise ContractError(f"has a query that cannot be read: {shown!r}") from None
+    for name, val in pairs:
+        if name not in PARAMETERS:
+            known = ", ".join(sorted(PARAMETERS))
+            raise ContractError(f"has a query parameter {_printable(name)!r} it does not take "
+                                f"(it takes {known}): {shown!r}")
+        if name.startswith("sentinel_") and topology != "sentinel":
+            raise ContractError(f"has {name}, which only a Sentinel URL takes: {shown!r}")
+        params[name] = val
+    return RedisTarget(
+        topology, value, shown, tls=scheme.startswith("rediss"), hosts=hosts,
+        service=service, db=db,
+        username=unquote(user) or None, password=unquote(password) if colon else None,
+        sentinel_username=params.get("sentinel_username") or None,
+        sentinel_password=params.get("sentinel_password") or None,
+        socket_timeout=_seconds(params, "socket_timeout", shown),
+        socket_connect_timeout=_seconds(params, "socket_connect_timeout", shown),
+    )
+
+
+def _host_port(host: str, default: int) -> tuple[str, int]:
+    if host.startswith("["):
+        name, _, port = host[1:].partition("]")
+        port = port[1:]
+    else:
+        name, _, port = host.partition(":")
+    return (name, int(port) if port else default)
+
+
+def _database(text: str, shown: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise ContractError(f"has a database that is not a number: {shown!r}")
+    return int(text)
+
+
+def _seconds(params: dict[str, str], name: str, shown: str) -> float | None:
+    raw = params.get(name)
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise ContractError(f"has a {name} that is not a positive number of seconds: {shown!r}")
+    return seconds
+
+
 def check_redis_url(url: str, schemes: Iterable[str] = REDIS_SCHEMES) -> str:
-    """``url`` without surrounding blanks, when it can name a Redis server; else ``ValueError``
-    with one line that shows the URL redacted. Schemes ending in ``+sentinel`` or ``+cluster``
-    take a comma-separated list of ``host:port``."""
+    """``url`` without surrounding blanks, when it can name a Redis server; else
+    ``ContractError`` (a ``ValueError``) with one line that shows the URL redacted. Schemes
+    ending in ``+sentinel`` or ``+cluster`` take a comma-separated list of ``host:port``."""
+    return parse_redis_url(url, schemes).url
+
+
+def _check_syntax(url: str, schemes: Iterable[str]) -> str:
     value = str(url).strip()
     shown = redact_url(value)
     allowed = sorted(schemes)
@@ -93,21 +229,21 @@ def check_redis_url(url: str, schemes: Iterable[str] = REDIS_SCHEMES) -> str:
     if match is None or scheme not in allowed or (scheme != "unix" and not match.group(2)):
         forms = [f"{s}://" for s in allowed]
         listed = ", ".join(forms[:-1]) + " or " + forms[-1] if len(forms) > 1 else forms[0]
-        raise ValueError(f"must be a {listed} URL, not {shown!r}")
+        raise ContractError(f"must be a {listed} URL, not {shown!r}")
     try:
         parts = urlsplit(value)
     except ValueError as exc:  # "Invalid IPv6 URL": the message never holds the URL
-        raise ValueError(f"cannot be read ({exc}): {shown!r}") from None
+        raise ContractError(f"cannot be read ({exc}): {shown!r}") from None
     netloc = parts.netloc
     after = value[match.end() + len(netloc):]
     if "@" in after and "@" not in netloc:
-        raise ValueError(
+        raise ContractError(
             "has an '@' after its host (percent-encode a password's '/', '?' and '#' as "
             f"%2F, %3F and %23): {shown!r}"
         )
     if scheme == "unix":
         if not parts.path:
-            raise ValueError(f"has no socket path: {shown!r}")
+            raise ContractError(f"has no socket path: {shown!r}")
         return value
     hosts = netloc.rpartition("@")[2]
     several = scheme.endswith(("+sentinel", "+cluster"))
@@ -120,14 +256,26 @@ def _check_host(host: str, shown: str) -> None:
     if host.startswith("["):
         name, _, port = host[1:].partition("]")
         if port and not port.startswith(":"):
-            raise ValueError(f"cannot be read (a bad IPv6 address): {shown!r}")
+            raise ContractError(f"cannot be read (a bad IPv6 address): {shown!r}")
         port = port[1:]
     else:
         name, _, port = host.partition(":")
     if not name:
-        raise ValueError(f"has no host: {shown!r}")
+        raise ContractError(f"has no host: {shown!r}")
     if port and not (port.isascii() and port.isdigit() and int(port) <= 65535):
-        raise ValueError(f"has a port that is not a number from 0 to 65535: {shown!r}")
+        raise ContractError(f"has a port that is not a number from 0 to 65535: {shown!r}")
 
 
-__all__ = ["MASK", "REDIS_SCHEMES", "check_redis_url", "redact_url"]
+__all__ = [
+    "CLUSTER_SCHEMES",
+    "MASK",
+    "PARAMETERS",
+    "REDIS_SCHEMES",
+    "SENTINEL_SCHEMES",
+    "SINGLE_SCHEMES",
+    "RedisTarget",
+    "Topology",
+    "check_redis_url",
+    "parse_redis_url",
+    "redact_url",
+]

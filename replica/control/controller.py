@@ -40,6 +40,7 @@ from redis.asyncio import Redis
 from replica.contract import FleetState, Keys, validate_fleet, validate_replica_id
 from replica.control.applier import StateApplier, StateListener
 from replica.control.channel import ControlChannel
+from replica.control.connect import sharded
 from replica.control.loss import ControlLoss
 from replica.control.options import DEFAULTS, ControllerSettings, ControlLossMode
 from replica.control.outbox import Outbox
@@ -143,10 +144,11 @@ class FleetController:
         self._fleet = validate_fleet(fleet)
         self._replica_id = validate_replica_id(replica_id)
         self._keys = keys = Keys(fleet)
-        self._link = Link(redis)
+        self._link = Link(redis, keys.state)
         self._record = ReplicaRecord(
             pool, self, keys, self._replica_id, heartbeat_interval=s.heartbeat_interval,
             poll_interval=s.poll_interval, host=s.host_name, extra_fields=extra_fields,
+            sharded=sharded(redis),
         )
         self._outbox = Outbox(self._link, self._record, self._fleet)
         self._applier = StateApplier(pool, self._record, self._outbox, self._fleet,

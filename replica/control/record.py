@@ -52,7 +52,7 @@ from replica.contract import (
     now_utc,
 )
 from replica.control.redisio import SKIP, pack, pack_arg
-from replica.pool.holds import FLEET_SOURCE
+from replica.pool.holds import is_fleet_source
 from replica.pool.pool import PausablePool
 
 log = logging.getLogger(__name__)
@@ -136,6 +136,7 @@ class ReplicaRecord:
         poll_interval: float,
         host: str,
         extra_fields: Callable[[], Mapping[str, Any]] | None = None,
+        sharded: bool = False,
     ) -> None:
         self._pool = pool
         self._source = source
@@ -164,7 +165,9 @@ class ReplicaRecord:
         )
         self._ttl_ms = int(heartbeat_interval * RECORD_TTL_HEARTBEATS * 1000)
         self._wire_pexpire = SKIP + pack(("PEXPIRE", self.key, self._ttl_ms))
-        self._wire_publish_head = SKIP + b"*3\r\n" + pack_arg("PUBLISH") + pack_arg(keys.acks)
+        self.publish = "SPUBLISH" if sharded else "PUBLISH"
+        """How the acks go out: SPUBLISH on a cluster (``replica.control.connect.sharded``)."""
+        self._wire_publish_head = SKIP + b"*3\r\n" + pack_arg(self.publish) + pack_arg(keys.acks)
         self._registry_next: float | None = None
 
     def set_applied(self, version: int, state_json: str, at_text: str) -> None:
@@ -199,7 +202,7 @@ class ReplicaRecord:
                 log.exception("replica %s: extra_fields failed", self._replica_id)
         fields[R_PAUSED] = "1" if holds else "0"
         fields[R_HOLDS] = _holds_json(tuple(sorted(holds.items()))) if holds else "{}"
-        fields[R_FLEET_HELD] = "1" if FLEET_SOURCE in holds else "0"
+        fields[R_FLEET_HELD] = "1" if any(is_fleet_source(s) for s in holds) else "0"
         fields[R_APPLIED_VERSION] = str(self.applied_version)
         fields[R_APPLIED_STATE] = self._applied_json
         fields[R_APPLIED_AT] = self._applied_at

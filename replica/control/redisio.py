@@ -22,6 +22,8 @@ from typing import Any, Final, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
+from replica.control.connect import pool_for
+
 log = logging.getLogger(__name__)
 
 SKIP: Final = b"*3\r\n$6\r\nCLIENT\r\n$5\r\nREPLY\r\n$4\r\nSKIP\r\n"
@@ -98,8 +100,9 @@ class Link:
     so replies can never get out of step.
     """
 
-    def __init__(self, redis: Redis) -> None:
-        self._pool = redis.connection_pool
+    def __init__(self, redis: Redis, key: str | None = None) -> None:
+        # the pool that reaches ``key`` (its slot's primary on a cluster)
+        self._pool = redis.connection_pool if key is None else pool_for(redis, key)
         self._conn: Any = None
         self._spare: Any = None
         self.generation = 0

@@ -12,23 +12,48 @@ Two ways to read:
   returns when it ends.
 
 ``send()`` writes a command on the same connection (a PING while idle).
+
+On a Redis Cluster (``replica.control.connect.sharded``) the subscription is sharded:
+``SSUBSCRIBE`` on the primary of the channel's slot (``pool_for``), whose replies read as the
+classic ones (``smessage`` as ``message``, ``ssubscribe`` as ``subscribe``), so callers need not
+care. A ``MOVED``/``CLUSTERDOWN`` answer or a ``sunsubscribe`` (the slot left the node) ends it
+as a lost connection: the next ``open()`` finds the slot's primary of the moment.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import hiredis
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, ResponseError
 
+from replica.control.connect import pool_for, sharded
 from replica.control.redisio import bounded, pack, uncancelled
 
 OnReply = Callable[[Any], None]
 """Called with each reply in push mode; what it raises ends the subscription with that error."""
+
+
+_MOVED: Final = ("MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN")
+
+
+def _unshard(reply: Any) -> Any:
+    """A sharded subscription's reply as the classic one; the slot gone raises."""
+    if isinstance(reply, list) and reply:
+        kind = reply[0]
+        if kind == b"smessage":
+            reply[0] = b"message"
+        elif kind == b"ssubscribe":
+            reply[0] = b"subscribe"
+        elif kind == b"sunsubscribe":
+            raise RedisConnectionError("the channel's slot left this node")
+    elif isinstance(reply, ResponseError) and str(reply).startswith(_MOVED):
+        raise RedisConnectionError(f"the channel's slot is not served here now ({reply})")
+    return reply
 
 
 _BUFFER = memoryview(bytearray(65536))
@@ -95,8 +120,10 @@ class Subscription:
     """
 
     def __init__(self, redis: Redis, channel: str) -> None:
-        self._pool = redis.connection_pool
+        self._pool = pool_for(redis, channel)
         self.channel = channel
+        self.sharded = sharded(redis)
+        """SSUBSCRIBE (a cluster), not SUBSCRIBE."""
         self._conn: Any = None
         self._spare: Any = None
         self._reader: Any = None
@@ -122,6 +149,8 @@ class Subscription:
             if reader is None or writer is None:
                 raise RedisConnectionError("the connection has no stream to read")
             transport = writer.transport
+            if on_reply is not None and self.sharded:
+                on_reply = self._sharded_push(on_reply)
             if on_reply is not None:
                 # From here the transport calls us, not redis-py's stream reader (which has
                 # nothing buffered: the handshake's replies were all read).
@@ -130,11 +159,35 @@ class Subscription:
                 push.transport = transport
                 transport.set_protocol(push)
                 self._ended = ended
-            transport.write(pack(("SUBSCRIBE", self.channel)))
+            transport.write(pack(("SSUBSCRIBE" if self.sharded else "SUBSCRIBE", self.channel)))
         except BaseException:
             await self._drop(conn)
             raise
         self._conn, self._reader, self._writer, self._transport = conn, reader, writer, transport
+
+    def _sharded_push(self, on_reply: OnReply) -> OnReply:
+        def unsharded(reply: Any) -> None:
+            try:
+                on_reply(_unshard(reply))
+            except RedisConnectionError:
+                self._forget_slots()
+                raise
+
+        return unsharded
+
+    def _forget_slots(self) -> None:
+        slot_map = getattr(self._pool, "slot_map", None)
+        if slot_map is not None:
+            slot_map.forget()
+
+    def _pulled(self, reply: Any) -> Any:
+        if not self.sharded:
+            return reply
+        try:
+            return _unshard(reply)
+        except RedisConnectionError:
+            self._forget_slots()
+            raise
 
     async def closed(self) -> None:
         """Push mode: wait until the subscription ends, and raise why (``ConnectionError``
@@ -147,13 +200,13 @@ class Subscription:
     def buffered(self) -> Any:
         """Pull mode: the next reply already read, or None."""
         reply = self._parser.gets()
-        return None if reply is False else reply
+        return None if reply is False else self._pulled(reply)
 
     async def read(self, timeout: float | None) -> Any:
         """Pull mode: the next reply, or None when ``timeout`` passes first."""
         reply = self._parser.gets()
         if reply is not False:
-            return reply
+            return self._pulled(reply)
         if self._reader is None or self._ended is not None:
             raise RedisConnectionError("the subscription is closed or in push mode")
         while True:
@@ -170,7 +223,7 @@ class Subscription:
             self._parser.feed(data)
             reply = self._parser.gets()
             if reply is not False:
-                return reply
+                return self._pulled(reply)
 
     def send(self, *command: Any) -> None:
         """Send a command on the subscription (PING)."""

@@ -269,7 +269,8 @@ class SyncLoop:
             writes = self._record.commands(full=not acks)
             if acks:
                 quiet += writes
-                quiet.append(("PUBLISH", keys.acks, self._record.ack_json(acks, clock()[1])))
+                quiet.append((self._record.publish, keys.acks,
+                              self._record.ack_json(acks, clock()[1])))
             else:
                 commands += writes
         try:
@@ -341,7 +342,8 @@ class SyncLoop:
                 written = await uncancelled(self._link.evalsha(
                     RESTORE_STATE_LUA,
                     keys=[keys.state, keys.audit, keys.control],
-                    args=restore_args(state, self._replica_id),
+                    args=restore_args(state, self._replica_id,
+                                      sharded=self._record.publish == "SPUBLISH"),
                 ))
         except ResponseError as exc:
             # NOPERM under the replica ACL: the coordinator restores (Fleet.restore_if_missing)

@@ -119,7 +119,7 @@ class StreamReader:
         self.parked = asyncio.Event()
         """Set while the loop waits for the pool to be released (held or closed), with nothing
         of its own in progress: no read, and what a read returned after the hold handed back."""
-        self._line = ReadLine(redis)
+        self._line = ReadLine(redis, self.stream)
         self._unsettled = False
         """A read or a sweep failed after it was sent: Redis may have delivered entries to this
         consumer that it never saw (``_settle`` hands them back)."""

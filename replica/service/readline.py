@@ -21,6 +21,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from replica.control.connect import pool_for
 from replica.control.redisio import bounded, uncancelled
 
 
@@ -34,8 +35,9 @@ class ReadLine:
     the replica ACL allows it), opened at the first read and again after an abort or a
     failure."""
 
-    def __init__(self, redis: aioredis.Redis) -> None:
-        self._pool = redis.connection_pool
+    def __init__(self, redis: aioredis.Redis, key: str | None = None) -> None:
+        # the pool that reaches the stream ``key`` (its slot's primary on a cluster)
+        self._pool = redis.connection_pool if key is None else pool_for(redis, key)
         self._conn: Any = None
         self._busy = False
         self.aborted = False

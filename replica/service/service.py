@@ -31,6 +31,7 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 import uvicorn
 
+from replica.control.connect import connect
 from replica.control.controller import FleetController
 from replica.control.redisio import cancel_bounded
 from replica.errors import ConfigError
@@ -86,7 +87,7 @@ class ReplicaService:
         self.settings = settings
         self.handler = handler
         self.breaker_settings = breaker_settings or BreakerSettings()
-        self.redis: aioredis.Redis = aioredis.Redis.from_url(
+        self.redis: aioredis.Redis = connect(
             settings.redis_url,
             decode_responses=True,
             socket_connect_timeout=5.0,

@@ -24,11 +24,10 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from replica.contract import Keys, validate_fleet, validate_replica_id
-from replica.contract.urls import check_redis_url
+from replica.contract.urls import REDIS_SCHEMES, check_redis_url
 from replica.control.options import CONTROL_LOSS_MODES, ControlLossMode
 from replica.errors import ConfigError
 
-REDIS_SCHEMES: Final = frozenset({"redis", "rediss", "unix"})
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -52,7 +51,7 @@ class ReplicaSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLEETGATE_", extra="ignore")
 
     redis_url: str = "redis://127.0.0.1:6379/0"
-    """Where the fleet lives (redis://, rediss:// or unix://)."""
+    """Where the fleet lives: redis://, rediss://, unix://, or Sentinel and Cluster URLs (redis+sentinel://, redis+cluster://: see Redis URLs)."""
     fleet: str = "default"
     """The fleet this replica belongs to: [a-z0-9][a-z0-9_.-]{0,62}."""
     replica_id: str = Field(

@@ -1,0 +1,108 @@
+"""The one connection factory: every part of fleetgate that opens Redis calls ``connect``.
+
+``connect(url, **options)`` reads the URL (``replica.contract.urls.parse_redis_url``: a bad one
+raises ``ContractError`` with one line, the password redacted) and returns a
+``redis.asyncio.Redis`` for the topology it names:
+
+* ``redis://``, ``rediss://``, ``unix://``: ``Redis.from_url``;
+* ``redis+sentinel://``: the master of the service, through ``redis.asyncio.sentinel``: each
+  new connection asks the sentinels where the master is, and a ``READONLY`` reply (a master
+  demoted under it) drops the connection so that the next one asks again; closing the client
+  closes the sentinel connections too;
+* ``redis+cluster://``: ``replica.control.slots.SlotRedis``: one pool per slot, each
+  connection reaching the slot's primary of the moment.
+
+``options`` are redis-py's (``decode_responses``, the timeouts, ``health_check_interval``...);
+the URL's ``socket_timeout`` and ``socket_connect_timeout`` win over them.
+
+``topology(redis)`` tells which it is; ``sharded(redis)``: the control and acknowledgement
+channels use sharded pub/sub (``SSUBSCRIBE``/``SPUBLISH``), on a cluster only (on one server or
+Sentinel plain ``PUBLISH`` reaches the same subscribers and works on any Redis version);
+``pool_for(redis, key)`` is the pool whose connections reach ``key`` (the fleet's slot on a
+cluster; the client's pool otherwise), which the raw connections of the controller, the
+subscriptions, the work reader and the change script take theirs from.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.connection import ConnectionPool
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+
+from replica.contract.urls import RedisTarget, Topology, parse_redis_url
+from replica.control.slots import SlotRedis
+
+log = logging.getLogger(__name__)
+
+
+class _SentinelPool(SentinelConnectionPool):
+    """The master's pool; its ``disconnect`` (the client's ``aclose``) closes the sentinel
+    connections too, so a closed client leaves nothing open."""
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        for sentinel in self.sentinel_manager.sentinels:
+            await sentinel.connection_pool.disconnect(inuse_connections)
+
+
+def connect(url: str | RedisTarget, **options: Any) -> Redis:
+    """A client of what ``url`` names (see the module docstring). Opens nothing yet: the
+    first command connects."""
+    target = url if isinstance(url, RedisTarget) else parse_redis_url(url)
+    if target.topology == "standalone":
+        return Redis.from_url(target.url, **options)
+    if target.socket_timeout is not None:
+        options["socket_timeout"] = target.socket_timeout
+    if target.socket_connect_timeout is not None:
+        options["socket_connect_timeout"] = target.socket_connect_timeout
+    if target.username is not None:
+        options["username"] = target.username
+    if target.password is not None:
+        options["password"] = target.password
+    if target.topology == "sentinel":
+        sentinel_kwargs: dict[str, Any] = {
+            k: options[k] for k in ("socket_timeout", "socket_connect_timeout") if k in options
+        }
+        if target.sentinel_username is not None:
+            sentinel_kwargs["username"] = target.sentinel_username
+        if target.sentinel_password is not None:
+            sentinel_kwargs["password"] = target.sentinel_password
+        if target.tls:
+            sentinel_kwargs["ssl"] = True
+            options["ssl"] = True
+        sentinels = Sentinel(  # type: ignore[no-untyped-call]
+            list(target.hosts), sentinel_kwargs=sentinel_kwargs
+        )
+        client: Redis = sentinels.master_for(
+            target.service, redis_class=Redis, connection_pool_class=_SentinelPool,
+            db=target.db, **options,
+        )
+        return client
+    return SlotRedis(target.hosts, ssl=target.tls, **options)
+
+
+def topology(redis: Redis) -> Topology:
+    """standalone, sentinel or cluster: what ``redis`` reaches."""
+    if isinstance(redis, SlotRedis):
+        return "cluster"
+    if isinstance(redis.connection_pool, SentinelConnectionPool):
+        return "sentinel"
+    return "standalone"
+
+
+def sharded(redis: Redis) -> bool:
+    """The fleet's channels use sharded pub/sub (SSUBSCRIBE/SPUBLISH): on a cluster."""
+    return isinstance(redis, SlotRedis)
+
+
+def pool_for(redis: Redis, key: str | bytes) -> ConnectionPool:
+    """The pool whose connections reach ``key``'s node."""
+    if isinstance(redis, SlotRedis):
+        return redis.pool_for_key(key)
+    return redis.connection_pool
+
+
+__all__ = ["connect", "pool_for", "sharded", "topology"]
