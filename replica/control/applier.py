@@ -4,7 +4,9 @@ A state comes from a push on the control channel, from a poll of the state hash,
 replica's own clock (an automatic or staggered resume falling due). The rules, in the order
 they matter:
 
-* The fleet's pause is the pool hold of source ``fleet``; other sources stay independent.
+* The fleet's holds are pool holds of sources ``fleet`` (the hold ``default``, or a state
+  without holds) and ``fleet:NAME`` (``replica.control.fleetholds``); other sources stay
+  independent.
 * Until the first state is applied the pool is held by ``control-plane`` ("syncing"; the
   controller puts that hold on at start, the first apply takes it off).
 * A state older than the one applied is ignored (a late poll never undoes a newer pause). A
@@ -15,8 +17,11 @@ they matter:
   pause found while running is not applied, the restore keeps it with its version raised above
   the applied one, and the next poll applies that. A replica that may not run the restore (the
   replica ACL) applies the older pause itself (safety first).
-* ``auto_resume_at`` is honoured on the replica's own clock; a staggered resume waits an
-  offset derived from the replica id, spread evenly over the window once the peer list is read.
+* A hold's ``starts_at`` and ``auto_resume_at`` (and a legacy pause's ``auto_resume_at``) are
+  honoured on the replica's own clock, with no new version: the sync loop wakes at
+  ``next_due()`` and ``resume_due()`` re-evaluates the applied state. When the last hold goes,
+  a staggered resume waits an offset derived from the replica id, spread evenly over the
+  window once the peer list is read.
 * Invalid control messages are ignored, logged once per kind and counted.
 
 Everything here runs synchronously (a push straight from the transport): what has to go to
@@ -27,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,14 +42,14 @@ from replica.contract import (
     ACK_RESUMED,
     FleetState,
     clock,
-    format_time,
     now_utc,
     stagger_offset,
 )
+from replica.control.fleetholds import FleetHolds, condition, hold_names, pause_end
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
 from replica.errors import InvalidMessage
-from replica.pool.holds import CONTROL_PLANE_SOURCE, FLEET_SOURCE
+from replica.pool.holds import CONTROL_PLANE_SOURCE
 from replica.pool.pool import PausablePool
 
 log = logging.getLogger(__name__)
@@ -84,7 +88,8 @@ class StateApplier:
         self._outbox = outbox
         self._fleet = fleet
         self._replica_id = replica_id
-        self._pause_timeout = pause_timeout
+        self.holds = FleetHolds(pool, record, pause_timeout)
+        """The pool holds that stand for the fleet's active holds."""
         self.listeners: list[StateListener] = []
         self._applying = False
 
@@ -94,15 +99,14 @@ class StateApplier:
         move since the poll was sent means Redis lost writes."""
         self.synced = False
         """A state was applied at least once (the syncing hold is off)."""
-        self.fleet_held = False
-        """The pool is held by the fleet's pause (source ``fleet``)."""
         self.resume_at: datetime | None = None
         """When a pending staggered or automatic resume is due, or None."""
+        self._resume_from: datetime | None = None
+        """The start of that resume's stagger window."""
+        self.transition_at: datetime | None = None
+        """When the applied state next changes by itself (a hold starts or ends), or None."""
         self.pending_stagger: FleetState | None = None
         """A staggered resume waiting for the peer list (the sync loop reads it)."""
-        self._quiet_at: datetime | None = None
-        self._pause_applied_mono: float | None = None
-        self._overdue_logged = False
         self.restore_refused = False
         """The restore script was refused (the replica ACL): an older pause then applies."""
         self._older_pause: tuple[FleetState, int] | None = None
@@ -118,6 +122,11 @@ class StateApplier:
     @property
     def applied_version(self) -> int:
         return self.applied.version if self.applied is not None else 0
+
+    @property
+    def fleet_held(self) -> bool:
+        """The pool is held by the fleet (sources ``fleet`` and ``fleet:NAME``)."""
+        return self.holds.held
 
     # ------------------------------------------------------------------ inputs
 
@@ -155,7 +164,7 @@ class StateApplier:
         if peers is not None and self._replica_id not in peers:
             peers.append(self._replica_id)
         now = now_utc()
-        start = state.resume_start() or now
+        start = self._resume_from or now
         offset = stagger_offset(self._replica_id, state.resume_stagger_s, peers)
         if self.fleet_held:
             log.info("fleet %s replica %s: staggered resume, %.1f s into a %.0f s window "
@@ -168,8 +177,8 @@ class StateApplier:
     def on_pool_event(self, event: str) -> None:
         """A pool listener: the record changes with the pool; quiet under a pause is acked."""
         if event == "quiet" and self.fleet_held:
-            if self._quiet_at is None or not self._applying:
-                self._set_quiet_at(*clock())
+            if self.holds.quiet_at is None or not self._applying:
+                self.holds.set_quiet_at(*clock())
             self._outbox.acks.add(ACK_QUIET)
         outbox = self._outbox
         outbox.record_dirty = True
@@ -263,19 +272,7 @@ class StateApplier:
             propagation = max(0.0, (now - changed).total_seconds())
             self.propagation = propagation
         pool = self._pool
-        if state.effectively_paused(now):
-            self.pending_stagger = None
-            self._hold(state, now, now_text)
-            if state.auto_resume_at is not None:
-                self._schedule_resume(state, state.auto_resume_at, now)
-            else:
-                self.resume_at = None
-        elif self.fleet_held:
-            start = state.resume_start() or now
-            self._schedule_resume(state, start, now)
-        else:
-            self.resume_at = None
-            self.pending_stagger = None
+        self._follow(state, now, now_text, applied=True)
         if self.synced is False:
             self.synced = True
             pool.release(CONTROL_PLANE_SOURCE)
@@ -284,11 +281,9 @@ class StateApplier:
         outbox.record_dirty = True
         if log.isEnabledFor(logging.INFO):
             log.info(
-                "fleet %s replica %s: applied v%d from %s: %s%s: %d in flight, %d queued%s",
+                "fleet %s replica %s: applied v%d from %s: %s: %d in flight, %d queued%s",
                 self._fleet, self._replica_id, state.version, source,
-                "paused" if state.effectively_paused(now) else "running",
-                f" ({state.reason}, by {state.by})" if state.paused else "",
-                pool.in_flight, pool.queued,
+                condition(state, now, self.holds.holds, self.resume_at), pool.in_flight, pool.queued,
                 "" if propagation is None else f", {propagation * 1000:.0f} ms after the change",
             )
         for listener in list(self.listeners):
@@ -297,26 +292,30 @@ class StateApplier:
             except Exception:
                 log.exception("fleet %s: a state listener failed", self._fleet)
 
-    def _hold(self, state: FleetState, now: datetime, now_text: str) -> None:
-        pool = self._pool
-        if not self.fleet_held:
-            self.fleet_held = True  # before the pool's events, so they see it
-            self._pause_applied_mono = time.monotonic()
-            self._overdue_logged = False
-            if pool.in_flight == 0:
-                self._set_quiet_at(now, now_text)  # the same clock reading
-            else:
-                self._set_quiet_at(None)
-        pool.hold(state.reason or "paused by the fleet", FLEET_SOURCE)
-
-    def _set_quiet_at(self, when: datetime | None, text: str | None = None) -> None:
-        self._quiet_at = when
-        self._record.set_quiet_at(text if text is not None else format_time(when))
+    def _follow(self, state: FleetState, now: datetime, now_text: str, applied: bool) -> None:
+        """Make the fleet's pool holds what ``state`` says at ``now`` (``applied``: it was just
+        applied; else the clock moved on), and plan the next wake."""
+        self.transition_at = state.next_transition(now)
+        if state.effectively_paused(now):
+            if self.holds.follow(state.active_holds(now), now, now_text) and not applied \
+                    and self._pool.in_flight == 0:
+                self._outbox.acks.add(ACK_QUIET)  # a window started: quiet, as for a pause
+            end = pause_end(state, now)
+            if end is None:
+                self.resume_at = self._resume_from = self.pending_stagger = None
+            elif applied or end != self._resume_from or self.resume_at is None:
+                self._schedule_resume(state, end, now)
+        elif self.fleet_held:
+            if applied or self.resume_at is None:
+                self._schedule_resume(state, state.resume_start(now) or now, now)
+        else:
+            self.resume_at = self._resume_from = self.pending_stagger = None
 
     # ------------------------------------------------------------------ resumes
 
     def _schedule_resume(self, state: FleetState, start: datetime, now: datetime) -> None:
         """Resume at ``start`` plus this replica's stagger offset (now if that is past)."""
+        self._resume_from = start
         window = state.resume_stagger_s
         if window > 0 and start + timedelta(seconds=window) > now:
             # Spreading evenly needs the peer list: the sync loop reads it and calls
@@ -342,59 +341,59 @@ class StateApplier:
     def _release(self, now: datetime) -> None:
         if not self.fleet_held:
             return
-        self.fleet_held = False
-        self.resume_at = None
-        self._pause_applied_mono = None
-        self._set_quiet_at(None)
-        self._pool.release(FLEET_SOURCE)
+        self.resume_at = self._resume_from = None
+        self.holds.release_all()
         self._outbox.record_dirty = True
 
     def resume_due(self) -> None:
-        """Called by the sync loop: release the fleet hold when a pending resume is due."""
-        due = self.resume_at
-        if due is None:
-            return
-        now = now_utc()
-        if now < due:
-            return
+        """Called by the sync loop at every wake: a hold of the applied state that starts or
+        ends now (no new version) changes the pool's holds, and a pending resume that is due
+        releases the fleet's holds."""
         state = self.applied
-        self.resume_at = None
-        self.pending_stagger = None
-        if state is not None and state.paused and not state.auto_resumed(now):
-            return  # no longer due (a newer pause)
-        log.info("fleet %s replica %s: resuming at v%d (%s): %d queued",
-                 self._fleet, self._replica_id, self.applied_version,
-                 "auto-resume" if state is not None and state.paused else "staggered",
-                 self._pool.queued)
-        self._release(now)
-        self._outbox.acks.add(ACK_RESUMED)
+        now, now_text = clock()
+        if state is None:
+            return
+        was_held, before = self.fleet_held, self.holds.holds
+        if self.transition_at is not None and now >= self.transition_at:
+            self._applying = True
+            try:
+                self._follow(state, now, now_text, applied=False)
+            finally:
+                self._applying = False
+            if self.holds.holds != before:
+                log.info("fleet %s replica %s: a fleet hold started or ended by the clock "
+                         "(v%d): %s: %d in flight, %d queued", self._fleet, self._replica_id,
+                         state.version, condition(state, now, self.holds.holds, self.resume_at), self._pool.in_flight,
+                         self._pool.queued)
+        due = self.resume_at
+        if due is not None and now >= due:
+            self.resume_at = self.pending_stagger = None
+            if not state.effectively_paused(now):
+                log.info("fleet %s replica %s: resuming at v%d (%s %s): %d queued",
+                         self._fleet, self._replica_id, state.version,
+                         hold_names(self.holds.holds), "released or ended", self._pool.queued)
+                self._release(now)
+        if was_held and not self.fleet_held:
+            self._outbox.acks.add(ACK_RESUMED)
+        if self.holds.holds != before:
+            self._outbox.record_dirty = True
+            self._outbox.kick()
 
     # ------------------------------------------------------------------ timers
 
     def next_due(self, now: float) -> float | None:
-        """When (monotonic time, from ``now``) a pending resume falls due or a pause runs over
-        ``pause_timeout``: the sync loop wakes then. None when neither is pending."""
-        wake: float | None = None
-        if self.resume_at is not None:
-            left = (self.resume_at - now_utc()).total_seconds()
-            wake = now + max(0.0, left)
-        if self._pause_applied_mono is not None and not self._overdue_logged:
-            overdue = self._pause_applied_mono + self._pause_timeout
-            wake = overdue if wake is None else min(wake, overdue)
-        return wake
+        """When (monotonic time, from ``now``) a hold of the applied state starts or ends, a
+        pending resume falls due or a pause runs over ``pause_timeout``: the sync loop wakes
+        then. None when none is pending."""
+        wall = now_utc()
+        wakes = [now + max(0.0, (at - wall).total_seconds())
+                 for at in (self.resume_at, self.transition_at) if at is not None]
+        overdue = self.holds.overdue_at()
+        return min([*wakes, overdue] if overdue is not None else wakes, default=None)
 
     def check_overdue(self) -> None:
         """Log, once per pause, items still in flight ``pause_timeout`` after it."""
-        t0 = self._pause_applied_mono
-        if t0 is None or self._overdue_logged or not self.fleet_held:
-            return
-        if time.monotonic() - t0 >= self._pause_timeout:
-            self._overdue_logged = True  # checked once per pause
-            if not self._pool.in_flight:
-                return
-            log.warning("fleet %s replica %s: still %d in flight %.0f s after the pause "
-                        "(not quiet)", self._fleet, self._replica_id, self._pool.in_flight,
-                        self._pause_timeout)
+        self.holds.check_overdue(self._fleet, self._replica_id)
 
 
 __all__ = ["StateApplier", "StateListener"]

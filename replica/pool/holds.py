@@ -16,12 +16,26 @@ from typing import Final
 OPERATOR_SOURCE: Final = "operator"
 """The hold an operator puts on one replica (its admin endpoint)."""
 FLEET_SOURCE: Final = "fleet"
-"""The fleet's pause (``FleetController``)."""
+"""The fleet's pause (``FleetController``): its hold ``default``, or a state without holds."""
+FLEET_SOURCE_PREFIX: Final = "fleet:"
+"""Any other fleet hold NAME holds the pool as ``fleet:NAME`` (``fleet_source``)."""
+_DEFAULT_FLEET_HOLD: Final = "default"  # replica.contract.DEFAULT_HOLD (same rank: no import)
 CONTROL_PLANE_SOURCE: Final = "control-plane"
 """Held until the controller's first successful read of the fleet's state ("syncing"), and,
 with ``FLEETGATE_CONTROL_LOSS=hold``, while it has not read the state for too long."""
 BREAKER_SOURCE: Final = "breaker"
 """A dependency's circuit breaker is open (``follow_breaker``)."""
+
+
+def fleet_source(hold: str) -> str:
+    """The pool source of the fleet hold named ``hold``: ``fleet`` for ``default`` (so the
+    alert rules and dashboards of a single fleet pause stay), else ``fleet:NAME``."""
+    return FLEET_SOURCE if hold == _DEFAULT_FLEET_HOLD else FLEET_SOURCE_PREFIX + hold
+
+
+def is_fleet_source(source: str) -> bool:
+    """Whether ``source`` is a hold of the fleet (``fleet`` or ``fleet:NAME``)."""
+    return source == FLEET_SOURCE or source.startswith(FLEET_SOURCE_PREFIX)
 
 
 class Holds:

@@ -37,7 +37,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from replica.contract.reasons import MAX_REASON, check_reason
-from replica.pool.holds import FLEET_SOURCE, OPERATOR_SOURCE
+from replica.pool.holds import OPERATOR_SOURCE, is_fleet_source
 from replica.pool.pool import PausablePool
 from replica.service.metrics import CONTENT_TYPE, ControlView, ReplicaMetrics, SourceView
 from replica.service.settings import ReplicaSettings
@@ -261,7 +261,7 @@ def create_app(
         holds = pool.holds
         blocking = {
             src: why for src, why in holds.items()
-            if not (src == FLEET_SOURCE and settings.ready_when_fleet_paused)
+            if not (is_fleet_source(src) and settings.ready_when_fleet_paused)
         }
         reasons = [f"{src}: {why}" for src, why in sorted(blocking.items())]
         stopped = source.stats().stopped if source is not None else None

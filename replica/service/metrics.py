@@ -10,7 +10,10 @@ Names are the contract (alert rules and dashboards use them):
 =====================================  =========================================================
 ``fleetgate_pool_paused{reason}``      1 while the hold of that source is on, else 0; one series
                                        per source (fleet, operator, breaker, control-plane,
-                                       drain, and any other source that holds the pool)
+                                       drain, and any other source that holds the pool); a
+                                       fleet hold NAME other than ``default`` is the source
+                                       ``fleet:NAME``, kept at 0 once released (the last
+                                       ``MAX_HOLDS`` such names seen)
 ``fleetgate_pool_pause_seconds``       how long the current pause has lasted (0 while running)
 ``fleetgate_pool_queued``              items waiting in this replica's queue
 ``fleetgate_pool_queue_capacity``      the queue's bound (0: unbounded)
@@ -37,11 +40,15 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from replica.contract import MAX_HOLDS
+from replica.pool.holds import FLEET_SOURCE, is_fleet_source
 from replica.pool.pool import PausablePool
 from replica.service.source import SourceStats
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 KNOWN_SOURCES: Final = ("fleet", "operator", "breaker", "control-plane", "drain")
+"""Hold sources always exported (0 while off). A fleet hold's ``fleet:NAME`` is exported from
+when it first holds the pool; its names are bounded (the hold-name rule, ``MAX_HOLDS``)."""
 OUTCOMES: Final = ("done", "failed", "timed_out", "dead_lettered", "malformed")
 PROPAGATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -67,6 +74,18 @@ class _ReplicaCollector(Collector):
         self._pool = pool
         self._control = control
         self._source = source
+        self._fleet_seen: dict[str, None] = {}
+        """``fleet:NAME`` sources seen holding the pool, oldest first (at most MAX_HOLDS)."""
+
+    def _sources(self, holds: Any) -> list[str]:
+        seen = self._fleet_seen
+        for source in holds:
+            if source != FLEET_SOURCE and is_fleet_source(source):
+                seen.pop(source, None)
+                seen[source] = None
+        for source in list(seen)[: max(0, len(seen) - MAX_HOLDS)]:
+            del seen[source]
+        return [*KNOWN_SOURCES, *sorted((set(holds) | set(seen)) - set(KNOWN_SOURCES))]
 
     def collect(self) -> Iterator[Metric]:
         pool = self._pool
@@ -76,7 +95,7 @@ class _ReplicaCollector(Collector):
             "fleetgate_pool_paused", "1 while the pool is held by this source (reason).",
             labels=["reason"],
         )
-        for source in (*KNOWN_SOURCES, *sorted(set(holds) - set(KNOWN_SOURCES))):
+        for source in self._sources(holds):
             paused.add_metric([source], 1.0 if source in holds else 0.0)
         yield paused
         yield _gauge("fleetgate_pool_pause_seconds", "Seconds the current pause has lasted.",
