@@ -80,6 +80,10 @@ class Server:
         self.thread = threading.Thread(target=self.server.run, name="coordinator", daemon=True)
         self.url = f"http://127.0.0.1:{settings.port}/"
 
+    def fleet_url(self, fleet: str) -> str:
+        """The page of ``fleet`` (``/`` is the overview of every fleet)."""
+        return f"{self.url}?fleet={fleet}"
+
     def __enter__(self) -> Server:
         self.thread.start()
         wait_until(lambda: self.server.started or not self.thread.is_alive(), timeout=30)
@@ -116,7 +120,7 @@ def test_pause_and_resume_from_the_dashboard_with_real_replicas(
             )
             try:
                 page = context.new_page()
-                page.goto(coordinator.url)
+                page.goto(coordinator.fleet_url(fleet_name))
                 # no token yet: the page says so instead of showing data
                 expect(page.locator("#connection")).to_have_attribute("data-state", "auth")
 
@@ -177,7 +181,7 @@ def test_a_read_only_or_wrong_token_cannot_pause_from_the_dashboard(
     from playwright.sync_api import expect
 
     with dashboard_page(executable) as page:
-        page.goto(coordinator.url)
+        page.goto(coordinator.fleet_url(fleet_name))
         page.fill("#token", "not-the-token-000000000")
         page.fill("#reason", "should not happen")
         page.click("#pause")
@@ -204,7 +208,7 @@ def test_an_overdue_pause_turns_the_banner_red_and_markup_in_a_reason_stays_text
     })
     client.close()
     with dashboard_page(executable, height=700) as page:
-        page.goto(coordinator.url)
+        page.goto(coordinator.fleet_url(fleet_name))
         page.fill("#token", ADMIN)
         expect(page.locator("#banner")).to_have_attribute("data-state", "overdue")
         expect(page.locator("#banner-state")).to_have_text("PAUSED — OVERDUE")
@@ -266,7 +270,7 @@ def test_stale_data_is_greyed_out_saying_since_when_after_forget_a_wrong_token_o
             )
             try:
                 page = context.new_page()
-                page.goto(coordinator.url)
+                page.goto(coordinator.fleet_url("stale"))
                 page.fill("#token", ADMIN)
                 page.fill("#reason", "stale drill")
                 page.click("#pause")
@@ -310,7 +314,7 @@ def test_a_pause_that_waits_names_a_replica_gone_silent_and_one_that_left(
             "heartbeat_interval": interval})
         client.zadd(keys.replicas, {rid: int(beat.timestamp() * 1000)})
     with dashboard_page(executable, height=900) as page:
-        page.goto(coordinator.url)
+        page.goto(coordinator.fleet_url(fleet_name))
         page.fill("#token", ADMIN)
         page.fill("#reason", "db migration")
         page.select_option("#wait", "5")

@@ -1,0 +1,87 @@
+// fleetgate dashboard: every fleet on the Redis (/). One request a poll tick, GET api/fleets,
+// feeds the whole page: a row per fleet (paused, holds, replicas live, stale and
+// unacknowledged, pause age, overdue), paused ones first, each leading to its page.
+"use strict";
+
+window.FG.overview = (function () {
+  const FG = window.FG;
+  const { $, cell, formatAge, fresh, stale, setConnection } = FG;
+
+  // Paused first (overdue before), then by name: the API's order, kept if it ever is not.
+  function order(rows) {
+    return rows.slice().sort((a, b) =>
+      (b.paused - a.paused) || (b.overdue - a.overdue) || (a.fleet < b.fleet ? -1 : a.fleet > b.fleet ? 1 : 0));
+  }
+
+  function fleetLink(name) {
+    const a = document.createElement("a");
+    a.setAttribute("href", "?fleet=" + encodeURIComponent(name));
+    a.className = "fleet-link";
+    a.textContent = name;
+    a.setAttribute("aria-label", "fleet " + name);
+    return a;
+  }
+
+  function render(body) {
+    const rows = order(Array.isArray(body.fleets) ? body.fleets : []);
+    const trs = rows.map((f) => {
+      const tr = document.createElement("tr");
+      const state = f.paused ? (f.overdue ? "overdue" : "paused") : "running";
+      tr.dataset.fleet = f.fleet;
+      tr.dataset.state = state;
+      tr.className = "fleet-row state-" + state;
+      const name = document.createElement("td");
+      name.className = "id";
+      name.appendChild(fleetLink(f.fleet));
+      tr.appendChild(name);
+      const st = cell(tr, state === "overdue" ? "PAUSED" : state.toUpperCase(), "fleet-state");
+      st.dataset.state = state;
+      cell(tr, FG.holds.summaryText(f.holds, body.now), "holds");
+      cell(tr, f.live, "num live");
+      const staleCell = cell(tr, f.stale, "num stale");
+      if (f.stale) staleCell.classList.add("warn");
+      const unacked = cell(tr, f.unacknowledged, "num unacked");
+      if (f.unacknowledged) unacked.classList.add("warn");
+      cell(tr, f.paused ? formatAge(f.pause_age_s) : "", "age");
+      const overdue = cell(tr, f.overdue ? "OVERDUE" : "no", "overdue");
+      if (f.overdue) overdue.classList.add("warn");
+      cell(tr, f.paused ? f.reason : "", "reason");
+      cell(tr, f.by, "by");
+      // the whole row leads to the fleet's page; the name is the link for keyboards
+      tr.addEventListener("click", (e) => {
+        if (e.target.closest("a")) return;
+        window.location.search = "?fleet=" + encodeURIComponent(f.fleet);
+      });
+      return tr;
+    });
+    document.querySelector("#fleets tbody").replaceChildren(...trs);
+    $("no-fleets").hidden = trs.length > 0;
+    const paused = rows.filter((f) => f.paused).length;
+    const overdue = rows.filter((f) => f.overdue).length;
+    $("fleets-summary").textContent = rows.length + (rows.length === 1 ? " fleet: " : " fleets: ") +
+      paused + " paused" + (overdue ? " (" + overdue + " overdue)" : "") + ", " + (rows.length - paused) + " running";
+    const truncated = $("fleets-truncated");
+    truncated.hidden = !body.truncated;
+    truncated.textContent = body.truncated ? "Only the fleets with the latest activity are listed." : "";
+    document.title = (paused ? paused + " paused · " : "") + "fleets · fleetgate";
+  }
+
+  async function step() {
+    const { response, body } = await FG.getJson("api/fleets");
+    if (!response.ok || !body) {
+      const [state, why] = FG.failure(response, body);
+      setConnection(state, state === "auth" && why === "no token" ? "enter a token to see the fleets" : why);
+      stale("fleets-panel", why);
+      return;
+    }
+    setConnection("live", "live");
+    render(body);
+    fresh("fleets-panel");
+  }
+
+  function start() {
+    FG.poller(step).start();
+  }
+
+  return { start, staleAll: (why) => stale("fleets-panel", why) };
+})();
