@@ -30,6 +30,26 @@ seconds. A value that cannot work (a bad URL, an unknown handler, no admin token
 stops the process at once with one line on stderr and exit status 2.
 `fleetgate-replica --config-docs` prints the tables below."""
 
+URLS = """\
+### Redis URLs
+
+`FLEETGATE_REDIS_URL` (and `--redis-url`) takes the same forms for the replica, the CLI,
+`fleetgate serve` and the demo, which all open Redis through one factory
+(`replica.control.connect`):
+
+| Form | Meaning |
+| --- | --- |
+| `redis://[user:password@]host:port[/DB]`, `rediss://...`, `unix:///path/redis.sock` | One server (`rediss://`: TLS). |
+| `redis+sentinel://[user:password@]host:port[,host:port...]/SERVICE[/DB]` | Sentinel: the master of SERVICE, found through the sentinels (again after a failover); `rediss+sentinel://` for TLS to both the sentinels and Redis. |
+| `redis+cluster://[user:password@]host:port[,host:port...]` | Redis Cluster, the hosts its seeds; `rediss+cluster://` for TLS. A fleet lives in one slot: its connections follow that slot's primary. |
+
+The Sentinel and Cluster forms take the query parameters `sentinel_username` and
+`sentinel_password` (Sentinel only: the sentinels' own credentials), `socket_timeout` and
+`socket_connect_timeout` (seconds), and no others:
+`redis+sentinel://replica:pw@sentinel-0:26379,sentinel-1:26379/mymaster/0?sentinel_password=spw`.
+Percent-encode a password's `@`, `/`, `?` and `#`. A malformed URL stops the process with one
+line naming what is wrong, and every URL printed or logged shows its passwords as `***`."""
+
 REPLICA = """\
 ### Replica (`fleetgate-replica`)
 
@@ -71,7 +91,7 @@ def _coordinator_settings() -> type[BaseSettings] | None:
 
 def section() -> str:
     """The section's content (without the markers)."""
-    parts = [INTRO, REPLICA, settings_table(ReplicaSettings), BREAKER,
+    parts = [INTRO, URLS, REPLICA, settings_table(ReplicaSettings), BREAKER,
              settings_table(BreakerSettings)]
     coordinator = _coordinator_settings()
     if coordinator is not None:
