@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator.durations import format_age
-from coordinator.fleet.models import GONE, WHY_UNREACHABLE, ReplicaResult, WaitReport
+from coordinator.fleet.models import GONE, WHY_UNREACHABLE, AuditEvent, ReplicaResult, WaitReport
 from coordinator.render.holds import state_dict
 from coordinator.render.text import cell, printable, short_age
 from replica.contract import FleetState, format_time, now_utc
@@ -48,15 +48,19 @@ def _current(state: FleetState, now: datetime) -> dict[str, Hold]:
 
 
 def hold_change(
-    action: str, hold: str | None, before: FleetState, after: FleetState,
+    action: str, hold: str | None, before: FleetState | None, after: FleetState,
     now: datetime | None = None,
 ) -> HoldChange:
     """The ``HoldChange`` of a ``pause`` of ``hold`` (None: ``default``) or a ``resume`` (of
-    ``hold``; None: the only one, or all), from the states before and after it."""
+    ``hold``; None: the only one, or all), from the states before and after it (``before``
+    None: it could not be read, and ``after`` says what it can)."""
     now = now or now_utc()
-    was, now_holds = _current(before, now), _current(after, now)
+    now_holds = _current(after, now)
     paused_by = tuple(n for n, h in now_holds.items() if h.status(now) == ACTIVE)
     scheduled = tuple(n for n, h in now_holds.items() if h.status(now) == SCHEDULED)
+    if before is None:
+        return _from_after(action, hold, after, now_holds, paused_by, scheduled)
+    was = _current(before, now)
     was_paused = any(h.status(now) == ACTIVE for h in was.values())
     if action == "pause":
         name = hold or DEFAULT_HOLD
@@ -80,6 +84,41 @@ def hold_change(
     else:
         event = "hold_released"
     return HoldChange(event, released or ((hold,) if hold else ()), paused_by, scheduled)
+
+
+def _from_after(
+    action: str, hold: str | None, after: FleetState, now_holds: dict[str, Hold],
+    paused_by: tuple[str, ...], scheduled: tuple[str, ...],
+) -> HoldChange:
+    """``hold_change`` without the state before: the set-state script keeps ``since`` of the
+    fleet and of a hold unless this change started it (then it is ``changed_at``)."""
+    entered = after.since is not None and after.since == after.changed_at
+    if action == "pause":
+        name = hold or DEFAULT_HOLD
+        new = now_holds.get(name)
+        if new is not None and name in scheduled:
+            event = "hold_scheduled"
+        elif entered and paused_by:
+            event = "pause"
+        elif new is not None and new.since == after.changed_at:
+            event = "hold_added"
+        else:
+            event = "hold_updated"
+        return HoldChange(event, (name,), paused_by, scheduled)
+    event = "resume" if entered and not paused_by else "hold_released"
+    return HoldChange(event, (hold,) if hold else (), paused_by, scheduled)
+
+
+def audited_change(event: AuditEvent, after: FleetState, now: datetime | None = None) -> HoldChange:
+    """The ``HoldChange`` its audit entry (``event``, of ``after``'s version) says."""
+    now = now or now_utc()
+    current = _current(after, now)
+    return HoldChange(
+        event.action,
+        tuple(n for n in event.hold.split(",") if n),
+        tuple(n for n, h in current.items() if h.status(now) == ACTIVE),
+        tuple(n for n, h in current.items() if h.status(now) == SCHEDULED),
+    )
 
 
 def action_dict(
@@ -212,6 +251,6 @@ def stragglers_line(report: WaitReport) -> str:
 
 
 __all__ = [
-    "HoldChange", "action_dict", "action_line", "change_line", "hold_change", "stragglers_line",
-    "wait_table", "why_not",
+    "HoldChange", "action_dict", "action_line", "audited_change", "change_line", "hold_change",
+    "stragglers_line", "wait_table", "why_not",
 ]

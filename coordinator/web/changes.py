@@ -12,6 +12,11 @@ replicas, both within the request's ``timeout``.
   (``NotConfirmed``, ``FLEETGATE_MIN_REPLICAS_ACK``) is made and published all the same: the
   wait (if asked) goes on, and the answer is 202 with the state, ``"confirmed": false`` and a
   ``detail`` saying so.
+* ``pause_outcome``/``resume_outcome`` make the hold change a body asks for (both route
+  families call them) and add ``change``: what it did to the holds. A refused hold change
+  changes nothing: an ambiguous resume (several holds, none named) and a pause past the most
+  holds a fleet may have are 409, a hold the fleet does not have is 404, each
+  ``{"detail", "kind", "holds"}`` naming the fleet's holds.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from redis.exceptions import RedisError
@@ -27,14 +33,19 @@ from redis.exceptions import RedisError
 from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import WaitReport
-from coordinator.render import action_dict
-from replica.contract import FleetState
-from replica.errors import OutcomeUnknown
+from coordinator.render import HoldChange, action_dict, audited_change, hold_change
+from coordinator.web.bodies import PauseRequest, ResumeRequest
+from replica.contract import FleetState, now_utc
+from replica.errors import HoldConflict, OutcomeUnknown
 
 log = logging.getLogger(__name__)
 
 WAIT_GRACE_S: Final = 1.0
 """Past the wait's own timeout, how long its last read of the records may take."""
+AUDIT_READ_S: Final = 1.0
+"""How long the read of a change's audit entry (to say what it did) may take."""
+AUDIT_LOOKBACK: Final = 5
+"""How many of the latest audit entries that read looks through for the change's version."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,4 +130,103 @@ async def _wait(
     return Outcome(action_dict(state, report), 200 if report.ok else 202)
 
 
-__all__ = ["WAIT_GRACE_S", "Outcome", "bounded_change"]
+async def pause_outcome(
+    fleet: Fleet, body: PauseRequest, by: str, max_wait: float
+) -> Outcome:
+    """``POST .../pause``: add or update the body's hold (``bounded_change``), with what the
+    change did (``change``: ``HoldChange.to_dict``); a hold past the most a fleet may have is a
+    409 (``hold_conflict``)."""
+    window = body.window
+    started, states = now_utc(), list[FleetState]()
+
+    async def change() -> FleetState:
+        try:
+            state = await fleet.pause(
+                body.reason, by=by, expected_for=window,
+                auto_resume_after=window if body.auto_resume else None,
+                hold=body.hold, starts_at=body.starts_at,
+            )
+        except NotConfirmed as exc:
+            states.append(exc.state)
+            raise
+        states.append(state)
+        return state
+
+    try:
+        outcome = await bounded_change(
+            fleet, change, wait=body.wait, timeout=body.timeout, max_wait=max_wait
+        )
+    except HoldConflict as exc:
+        return hold_conflict(exc)
+    return await _with_change(fleet, outcome, "pause", body.hold, started, states)
+
+
+async def resume_outcome(
+    fleet: Fleet, body: ResumeRequest, by: str, max_wait: float
+) -> Outcome:
+    """``POST .../resume``: release the body's hold, the only one, or ``all``
+    (``bounded_change``), with what the change did; an ambiguous resume is a 409, a hold the
+    fleet does not have a 404 (``hold_conflict``), and nothing changed."""
+    stagger = None if body.stagger_seconds is None else timedelta(seconds=body.stagger_seconds)
+    started, states = now_utc(), list[FleetState]()
+
+    async def change() -> FleetState:
+        try:
+            state = await fleet.resume(
+                by=by, stagger=stagger, reason=body.reason, hold=body.hold, all=body.all_
+            )
+        except NotConfirmed as exc:
+            states.append(exc.state)
+            raise
+        states.append(state)
+        return state
+
+    try:
+        outcome = await bounded_change(
+            fleet, change, wait=body.wait, timeout=body.timeout, max_wait=max_wait
+        )
+    except HoldConflict as exc:
+        return hold_conflict(exc)
+    return await _with_change(fleet, outcome, "resume", body.hold, started, states)
+
+
+def hold_conflict(exc: HoldConflict) -> Outcome:
+    """A hold change refused, nothing changed: 404 for a hold the fleet does not have, else
+    409 (an ambiguous resume, too many holds). ``{"detail", "kind", "holds"}``: ``holds`` names
+    the fleet's holds."""
+    status = 404 if exc.kind == "unknown" else 409
+    detail = str(exc).replace("with --hold NAME", 'with "hold"').replace("with --all", 'with "all"')
+    return Outcome({"detail": detail, "kind": exc.kind, "holds": list(exc.holds)}, status)
+
+
+async def _with_change(
+    fleet: Fleet, outcome: Outcome, action: str, hold: str | None, started: datetime,
+    after: list[FleetState],
+) -> Outcome:
+    """``outcome`` with ``change``: what the change did. Nothing is read before the change
+    (a request's time is the change's); after it, its audit entry (found by version, read
+    within ``AUDIT_READ_S``) says the event and the holds; without it, ``hold_change`` works it
+    out from the state after. A state written before the request started (``changed_at``: the
+    coordinator's own clock) is a resume that changed nothing."""
+    if not after:
+        return outcome
+    state = after[0]
+    started = started.replace(microsecond=started.microsecond // 1000 * 1000)  # as stored
+    if action == "resume" and (state.changed_at is None or state.changed_at < started):
+        change = HoldChange("noop", (), (), ())
+        return Outcome({**outcome.body, "change": change.to_dict()}, outcome.status)
+    try:
+        async with asyncio.timeout(AUDIT_READ_S):
+            events = await fleet.history(limit=AUDIT_LOOKBACK)
+    except (RedisError, OSError, TimeoutError):
+        events = []
+    mine = next((e for e in events if e.version == state.version), None)
+    change = (audited_change(mine, state) if mine is not None
+              else hold_change(action, hold, None, state))
+    return Outcome({**outcome.body, "change": change.to_dict()}, outcome.status)
+
+
+__all__ = [
+    "WAIT_GRACE_S", "Outcome", "bounded_change", "hold_conflict", "pause_outcome",
+    "resume_outcome",
+]

@@ -21,7 +21,6 @@ the registry the token is given.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from typing import Annotated, Any, Final
 
 from fastapi import FastAPI, Query, Request, Response
@@ -29,7 +28,7 @@ from fastapi import FastAPI, Query, Request, Response
 from coordinator.render import history_dict
 from coordinator.settings import CoordinatorSettings
 from coordinator.web.bodies import PauseRequest, ResumeRequest
-from coordinator.web.changes import bounded_change
+from coordinator.web.changes import pause_outcome, resume_outcome
 from coordinator.web.deps import (
     Access,
     DefaultChange,
@@ -48,10 +47,13 @@ log = logging.getLogger(__name__)
 MAX_HISTORY: Final = 1000
 _PAUSE_ANSWERS: Final[dict[int | str, dict[str, Any]]] = {
     202: {"description": "paused, but not every replica got quiet in time"},
+    409: {"description": "the fleet has the most holds it may have: nothing changed"},
     504: {"description": "the outcome is unknown: check the state"},
 }
 _RESUME_ANSWERS: Final[dict[int | str, dict[str, Any]]] = {
     202: {"description": "resumed, but not every replica was running in time"},
+    404: {"description": "the fleet has no such hold (or was never seen): nothing changed"},
+    409: {"description": "several holds and none named: nothing changed"},
     504: {"description": "the outcome is unknown: check the state"},
 }
 HistoryLimit = Annotated[int, Query(ge=1, le=MAX_HISTORY)]
@@ -66,32 +68,15 @@ def install(app: FastAPI, settings: CoordinatorSettings) -> None:
         return history_dict(access.fleet.name, await access.fleet.history(limit=limit))
 
     async def pause(access: Access, body: PauseRequest, response: Response) -> dict[str, Any]:
-        fleet, operator = access.fleet, access.operator
-        window = None if body.for_seconds is None else timedelta(seconds=body.for_seconds)
-        outcome = await bounded_change(
-            fleet,
-            lambda: fleet.pause(
-                body.reason,
-                by=operator.name,
-                expected_for=window,
-                auto_resume_after=window if body.auto_resume else None,
-            ),
-            wait=body.wait, timeout=body.timeout, max_wait=settings.max_wait,
-        )
+        outcome = await pause_outcome(access.fleet, body, access.operator.name, settings.max_wait)
         response.status_code = outcome.status
         return outcome.body
 
     async def resume(
         access: Access, body: ResumeRequest | None, response: Response
     ) -> dict[str, Any]:
-        fleet, operator = access.fleet, access.operator
-        body = body or ResumeRequest()
-        stagger = None if body.stagger_seconds is None else timedelta(seconds=body.stagger_seconds)
-        reason = body.reason
-        outcome = await bounded_change(
-            fleet,
-            lambda: fleet.resume(by=operator.name, stagger=stagger, reason=reason),
-            wait=body.wait, timeout=body.timeout, max_wait=settings.max_wait,
+        outcome = await resume_outcome(
+            access.fleet, body or ResumeRequest(), access.operator.name, settings.max_wait
         )
         response.status_code = outcome.status
         return outcome.body
