@@ -5,6 +5,7 @@
     fleetgate status [--watch]
     fleetgate history [--limit N]
     fleetgate fleets [--limit N]
+    fleetgate pause|resume --fleet A --fleet B ... | --all-fleets [--yes]   (one change per fleet)
     fleetgate enqueue ITEM... | --count N | --file PATH
     fleetgate serve [--host 127.0.0.1] [--port 8080] [--insecure-no-auth]
     fleetgate demo
