@@ -17,9 +17,9 @@ from typing import Annotated, Final, TypeVar
 import typer
 
 from coordinator import render
+from coordinator.cli import multi
 from coordinator.cli.exits import EXIT_NOT_CONFIRMED, EXIT_TIMEOUT, CliError, usage
 from coordinator.cli.options import (
-    FleetOption,
     Globals,
     JsonOption,
     UrlOption,
@@ -69,7 +69,9 @@ def pause(
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     json_out: JsonOption = False,
     redis_url: UrlOption = None,
-    fleet: FleetOption = None,
+    fleet: multi.FleetsOption = None,
+    all_fleets: multi.AllFleetsOption = False,
+    yes: multi.YesOption = False,
 ) -> None:
     """Pause the fleet: every replica finishes the item in hand and takes no more."""
     g: Globals = ctx.obj
@@ -79,15 +81,20 @@ def pause(
         raise usage("--auto-resume needs --for (the window after which the fleet resumes)")
     limit = duration_option(timeout, "--timeout") or 60.0
     by_name = operator(by)
-    settings = g.settings(redis_url=redis_url, fleet=fleet)
+    settings = g.settings(redis_url=redis_url, fleet=multi.single(fleet, all_fleets))
 
     span = None if window is None else timedelta(seconds=window)
     progress = Progress(limit, GRACE_S)
 
-    async def act(fleet: Fleet) -> tuple[FleetState, WaitReport | None]:
+    async def act(
+        fleet: Fleet, progress: Progress = progress
+    ) -> tuple[FleetState, WaitReport | None]:
         return await _change_then_wait(fleet, progress, wait, lambda: fleet.pause(
             reason, by=by_name, expected_for=span, auto_resume_after=span if auto_resume else None
         ))
+
+    if multi.wanted(fleet, all_fleets):  # one change per fleet, each by act
+        return multi.run("pause", settings, fleet, all_fleets, yes, act, limit, GRACE_S, json_out)
 
     state, report = _run(settings, act, progress, json_out)
     report_action(state, report, json_out, unconfirmed=_unconfirmed(settings, progress))
@@ -106,7 +113,9 @@ def resume(
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     json_out: JsonOption = False,
     redis_url: UrlOption = None,
-    fleet: FleetOption = None,
+    fleet: multi.FleetsOption = None,
+    all_fleets: multi.AllFleetsOption = False,
+    yes: multi.YesOption = False,
 ) -> None:
     """Resume the fleet: replicas continue with the queue untouched."""
     g: Globals = ctx.obj
@@ -115,17 +124,22 @@ def resume(
     stagger_s = duration_option(stagger, "--stagger", maximum=MAX_STAGGER_S)
     limit = duration_option(timeout, "--timeout") or 60.0
     by_name = operator(by)
-    settings = g.settings(redis_url=redis_url, fleet=fleet)
+    settings = g.settings(redis_url=redis_url, fleet=multi.single(fleet, all_fleets))
 
     spread = None if stagger_s is None else timedelta(seconds=stagger_s)
     progress = Progress(limit, GRACE_S)
 
-    async def act(fleet: Fleet) -> tuple[FleetState, WaitReport | None, bool]:
+    async def act(
+        fleet: Fleet, progress: Progress = progress
+    ) -> tuple[FleetState, WaitReport | None, bool]:
         was_paused = (await fleet.state()).paused
         state, report = await _change_then_wait(
             fleet, progress, wait, lambda: fleet.resume(by=by_name, stagger=spread, reason=reason)
         )
         return state, report, was_paused
+
+    if multi.wanted(fleet, all_fleets):  # one change per fleet, each by act
+        return multi.run("resume", settings, fleet, all_fleets, yes, act, limit, GRACE_S, json_out)
 
     state, report, was_paused = _run(settings, act, progress, json_out)
     report_action(state, report, json_out, changed=was_paused,
