@@ -151,8 +151,10 @@ class RecordFigures:
     reasons: dict[str, int]
     """How many replicas need attention for each reason (``WHYS``)."""
     attention: list[Attention]
-    """The first ``ATTENTION_CAP`` replicas that need attention, the most urgent first."""
+    """The first ``ATTENTION_CAP`` replicas that need attention, the most urgent first, then
+    those with the slowest acknowledgements."""
     attention_total: int
+    """How many replicas have a problem (every reason but a slow acknowledgement)."""
     slowest_acks: list[tuple[str, float]]
     """``(id, seconds)`` of the slowest acknowledgements of the current version, slowest
     first (at most ``SLOWEST``)."""
@@ -185,6 +187,7 @@ def count(status: FleetStatus, now: datetime | None = None, cap: int = ATTENTION
                 reasons[w] += 1
             flagged.append((_RANK[why[0]], r.id, r, why))
     slowest = heapq.nlargest(SLOWEST, lags)
+    problems = len(flagged)
     flagged_ids = {f[1] for f in flagged}
     for _lag, rid in slowest:
         reasons[WHY_SLOW_ACK] += 1
@@ -200,7 +203,7 @@ def count(status: FleetStatus, now: datetime | None = None, cap: int = ATTENTION
     return RecordFigures(
         replicas=len(status.replicas), states=states, live=live, unacknowledged=behind,
         in_flight=in_flight, queued=queued, unreadable=status.unreadable, reasons=reasons,
-        attention=attention, attention_total=len(flagged),
+        attention=attention, attention_total=problems,
         slowest_acks=[(rid, lag) for lag, rid in slowest],
     )
 
