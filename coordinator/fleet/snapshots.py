@@ -75,6 +75,7 @@ class _Entry:
         self.reads = Reads(fleet.redis, fleet.name, fleet.keys)
         self.snap: Snap | None = None
         self.task: asyncio.Task[Snap] | None = None
+        self.reads_made = 0
 
 
 class Snapshots:
@@ -90,7 +91,7 @@ class Snapshots:
         self._clock = clock
         self._entries: dict[str, _Entry] = {}
         self.reads = 0
-        """Reads of the records made (for tests and the bench)."""
+        """Reads of the records made, every fleet's (for tests and the bench)."""
 
     async def snap(self, fleet: Fleet) -> Snap:
         """The fleet's snapshot: the cached one when it is fresh and its fingerprint matches,
@@ -129,6 +130,11 @@ class Snapshots:
         snap = await self.snap(fleet)
         return summarize(snap.status, now, max_pause, figures=snap.figures, read_at=snap.read_at)
 
+    def reads_of(self, name: str) -> int:
+        """Reads of the records of fleet ``name`` made so far."""
+        entry = self._entries.get(name)
+        return 0 if entry is None else entry.reads_made
+
     def forget(self, name: str) -> None:
         """Drop the snapshot of fleet ``name`` (the next request reads again)."""
         entry = self._entries.get(name)
@@ -162,6 +168,7 @@ class Snapshots:
         started = self._clock()
         read_at = now_utc()
         self.reads += 1
+        entry.reads_made += 1
         snapshot = await entry.reads.snapshot()
         infos, unreadable = await entry.reads.infos(snapshot.members)
         status = FleetStatus(state=snapshot.state, replicas=infos, unreadable=unreadable)
