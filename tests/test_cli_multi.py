@@ -111,7 +111,7 @@ def test_the_worst_status_wins_an_invalid_name_over_a_wait_that_ran_out_of_time(
         thread.call(lambda: kit.put(0, {"hold": True}))  # stays in flight: never quiet
         thread.call(kit.held.wait)
         code, out, err = run(capsys, "pause", "--fleet", "orders", "--fleet", "billing",
-                             "-r", "drill", "--wait", "--timeout", "1s")
+                             "-r", "drill", "--wait", "--timeout", "3s")
         assert code == 3, err
         assert "orders: timed out" in one_line(err) and "billing" not in one_line(err)
         table = rows(out)
@@ -119,7 +119,7 @@ def test_the_worst_status_wins_an_invalid_name_over_a_wait_that_ran_out_of_time(
         assert table["billing"][:3] == ["paused", "v1", "yes"]
 
         code, out, err = run(capsys, "pause", "--fleet", "orders", "--fleet", "BAD",
-                             "-r", "drill", "--wait", "--timeout", "1s")
+                             "-r", "drill", "--wait", "--timeout", "3s")
         assert code == 2, err  # a change refused is worse than a wait that ran out
         assert "BAD: invalid fleet name" in one_line(err)
         thread.call(kit.release)
