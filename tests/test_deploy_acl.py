@@ -877,7 +877,7 @@ def test_the_codes_restore_state_script_is_denied_to_the_replica_and_runs_for_th
     script = _script("restore_state.lua")
     keys = [key(fleet, s) for s in ("state", "audit", "control")]
     now = "2030-01-01T00:00:00.000Z"
-    args = ["3", "1", now, "pod-1", "1000", '{"paused": true}', "paused", "1", "version", "3"]
+    args = ["3", "1", now, "pod-1", "1000", '{"paused": true}', "paused", "1", "version", "3", "0"]
     # As the controller calls it: redis-py's Script (EVALSHA, then SCRIPT LOAD on NOSCRIPT).
     error = _denied(lambda: replica.register_script(script)(keys=keys, args=args))
     assert isinstance(error, redis.exceptions.NoPermissionError)
