@@ -21,9 +21,12 @@ from coordinator.cli import multi
 from coordinator.cli.exits import EXIT_NOT_CONFIRMED, EXIT_TIMEOUT, CliError, usage
 from coordinator.cli.options import (
     Globals,
+    HoldOption,
     JsonOption,
     UrlOption,
+    at_option,
     duration_option,
+    hold_option,
     operator,
     reason_option,
 )
@@ -40,7 +43,7 @@ from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import WaitReport
 from coordinator.settings import CoordinatorSettings
-from replica.contract import MAX_STAGGER_S, FleetState
+from replica.contract import MAX_STAGGER_S, FleetState, now_utc
 from replica.contract.urls import redact_url
 
 T = TypeVar("T")
@@ -65,17 +68,26 @@ def pause(
     auto_resume: Annotated[
         bool, typer.Option("--auto-resume", help="Resume by itself when the --for window ends.")
     ] = False,
-    wait: Annotated[bool, typer.Option("--wait", help="Block until every live replica is quiet.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help=(
+        "Block until every live replica is quiet (with a future --at: until each has the "
+        "schedule)."))] = False,
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     json_out: JsonOption = False,
     redis_url: UrlOption = None,
     fleet: multi.FleetsOption = None,
     all_fleets: multi.AllFleetsOption = False,
     yes: multi.YesOption = False,
+    hold: HoldOption = None,
+    at: Annotated[str | None, typer.Option("--at", help=(
+        "Start the hold then: an ISO 8601 time (2026-12-01T02:00Z) or a duration from now "
+        "(2h); --for and --auto-resume count from it."))] = None,
 ) -> None:
-    """Pause the fleet: every replica finishes the item in hand and takes no more."""
+    """Pause the fleet: every replica finishes the item in hand and takes no more. The pause
+    is the fleet hold --hold (default 'default'): the fleet stays paused while any hold is."""
     g: Globals = ctx.obj
     reason = reason_option(reason)
+    hold = hold_option(hold)
+    starts_at = at_option(at)
     window = duration_option(for_, "--for")
     if auto_resume and window is None:
         raise usage("--auto-resume needs --for (the window after which the fleet resumes)")
@@ -88,16 +100,21 @@ def pause(
 
     async def act(
         fleet: Fleet, progress: Progress = progress
-    ) -> tuple[FleetState, WaitReport | None]:
-        return await _change_then_wait(fleet, progress, wait, lambda: fleet.pause(
-            reason, by=by_name, expected_for=span, auto_resume_after=span if auto_resume else None
+    ) -> tuple[FleetState, WaitReport | None, bool, render.HoldChange]:
+        started = now_utc()  # nothing read before a pause: a hung Redis is exit 5, not 1
+        state, report = await _change_then_wait(fleet, progress, wait, lambda: fleet.pause(
+            reason, by=by_name, expected_for=span, auto_resume_after=span if auto_resume else None,
+            hold=hold, starts_at=starts_at,
         ))
+        return state, report, True, await render.describe_change(
+            fleet, "pause", hold, started, state)
 
     if multi.wanted(fleet, all_fleets):  # one change per fleet, each by act
         return multi.run("pause", settings, fleet, all_fleets, yes, act, limit, GRACE_S, json_out)
 
-    state, report = _run(settings, act, progress, json_out)
-    report_action(state, report, json_out, unconfirmed=_unconfirmed(settings, progress))
+    state, report, _, change = _run(settings, act, progress, json_out)
+    report_action(state, report, json_out, unconfirmed=_unconfirmed(settings, progress),
+                  change=change)
 
 
 def resume(
@@ -116,11 +133,19 @@ def resume(
     fleet: multi.FleetsOption = None,
     all_fleets: multi.AllFleetsOption = False,
     yes: multi.YesOption = False,
+    hold: HoldOption = None,
+    all_holds: Annotated[bool, typer.Option("--all", help="Release every hold.")] = False,
 ) -> None:
-    """Resume the fleet: replicas continue with the queue untouched."""
+    """Resume the fleet: release the hold --hold (a scheduled one is cancelled), the only hold
+    there is, or with --all every hold; the fleet runs when no hold is left active. With
+    several holds and neither option nothing changes (exit 2). Replicas continue with the
+    queue untouched."""
     g: Globals = ctx.obj
     if reason is not None:
         reason = reason_option(reason)
+    hold = hold_option(hold)
+    if hold is not None and all_holds:
+        raise usage("--hold names one hold and --all every hold: give one of them")
     stagger_s = duration_option(stagger, "--stagger", maximum=MAX_STAGGER_S)
     limit = duration_option(timeout, "--timeout") or 60.0
     by_name = operator(by)
@@ -131,19 +156,20 @@ def resume(
 
     async def act(
         fleet: Fleet, progress: Progress = progress
-    ) -> tuple[FleetState, WaitReport | None, bool]:
-        was_paused = (await fleet.state()).paused
-        state, report = await _change_then_wait(
-            fleet, progress, wait, lambda: fleet.resume(by=by_name, stagger=spread, reason=reason)
-        )
-        return state, report, was_paused
+    ) -> tuple[FleetState, WaitReport | None, bool, render.HoldChange]:
+        before = await fleet.state()
+        state, report = await _change_then_wait(fleet, progress, wait, lambda: fleet.resume(
+            by=by_name, stagger=spread, reason=reason, hold=hold, all=all_holds
+        ))
+        change = render.hold_change("resume", hold, before, state)
+        return state, report, change.event != "noop", change
 
     if multi.wanted(fleet, all_fleets):  # one change per fleet, each by act
         return multi.run("resume", settings, fleet, all_fleets, yes, act, limit, GRACE_S, json_out)
 
-    state, report, was_paused = _run(settings, act, progress, json_out)
-    report_action(state, report, json_out, changed=was_paused,
-                  unconfirmed=_unconfirmed(settings, progress))
+    state, report, changed, change = _run(settings, act, progress, json_out)
+    report_action(state, report, json_out, changed=changed,
+                  unconfirmed=_unconfirmed(settings, progress), change=change)
 
 
 async def _change_then_wait(
@@ -208,17 +234,20 @@ def report_action(
     json_out: bool,
     changed: bool = True,
     unconfirmed: str | None = None,
+    change: render.HoldChange | None = None,
 ) -> None:
     """Print the change (and the wait's report); exit 4 when no replica confirmed it
     (``unconfirmed``, the line; before exit 3, which it names too), 3 when the wait ran out
     of time."""
     if json_out:
-        emit_json(render.action_dict(state, report))
+        emit_json(render.action_dict(state, report, change))
     else:
         out = console()
         line = render.action_line(state) if changed else (
             f"fleet {state.fleet} is not paused (version {state.version}): nothing to resume"
         )
+        if change is not None and change.event != "noop":
+            line = render.change_line(state, change)
         out.print(line, highlight=False, markup=False)
         if report is not None:
             out.print(render.wait_table(report))

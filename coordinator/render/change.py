@@ -4,20 +4,28 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
+from redis.exceptions import RedisError
 from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from coordinator.durations import format_age
+from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import GONE, WHY_UNREACHABLE, AuditEvent, ReplicaResult, WaitReport
 from coordinator.render.holds import state_dict
 from coordinator.render.text import cell, printable, short_age
 from replica.contract import FleetState, format_time, now_utc
 from replica.contract.holds import ACTIVE, DEFAULT_HOLD, ENDED, SCHEDULED, Hold
+
+AUDIT_READ_S: Final = 1.0
+"""How long the read of a change's audit entry (to say what it did) may take."""
+AUDIT_LOOKBACK: Final = 5
+"""How many of the latest audit entries that read looks through for the change's version."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +127,28 @@ def audited_change(event: AuditEvent, after: FleetState, now: datetime | None = 
         tuple(n for n, h in current.items() if h.status(now) == ACTIVE),
         tuple(n for n, h in current.items() if h.status(now) == SCHEDULED),
     )
+
+
+async def describe_change(
+    fleet: Fleet, action: str, hold: str | None, started: datetime, after: FleetState
+) -> HoldChange:
+    """What a change made at ``started`` (the coordinator's clock, before it) did, read after
+    it: its audit entry (found by version within the latest ``AUDIT_LOOKBACK``, read within
+    ``AUDIT_READ_S``) says the event and the holds; without it, ``hold_change`` works it out
+    from the state after. A state written before ``started`` (``changed_at`` is stamped with
+    the same clock) is a resume that changed nothing."""
+    started = started.replace(microsecond=started.microsecond // 1000 * 1000)  # as stored
+    if action == "resume" and (after.changed_at is None or after.changed_at < started):
+        return HoldChange("noop", (), (), ())
+    try:
+        async with asyncio.timeout(AUDIT_READ_S):
+            events = await fleet.history(limit=AUDIT_LOOKBACK)
+    except (RedisError, OSError, TimeoutError):
+        events = []
+    mine = next((e for e in events if e.version == after.version), None)
+    if mine is not None and mine.action != "restore":
+        return audited_change(mine, after)
+    return hold_change(action, hold, None, after)
 
 
 def action_dict(
@@ -251,6 +281,6 @@ def stragglers_line(report: WaitReport) -> str:
 
 
 __all__ = [
-    "HoldChange", "action_dict", "action_line", "audited_change", "change_line", "hold_change",
-    "stragglers_line", "wait_table", "why_not",
+    "HoldChange", "action_dict", "action_line", "audited_change", "change_line",
+    "describe_change", "hold_change", "stragglers_line", "wait_table", "why_not",
 ]

@@ -33,7 +33,7 @@ from redis.exceptions import RedisError
 from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import WaitReport
-from coordinator.render import HoldChange, action_dict, audited_change, hold_change
+from coordinator.render import action_dict, describe_change
 from coordinator.web.bodies import PauseRequest, ResumeRequest
 from replica.contract import FleetState, now_utc
 from replica.errors import HoldConflict, OutcomeUnknown
@@ -42,10 +42,6 @@ log = logging.getLogger(__name__)
 
 WAIT_GRACE_S: Final = 1.0
 """Past the wait's own timeout, how long its last read of the records may take."""
-AUDIT_READ_S: Final = 1.0
-"""How long the read of a change's audit entry (to say what it did) may take."""
-AUDIT_LOOKBACK: Final = 5
-"""How many of the latest audit entries that read looks through for the change's version."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,26 +199,11 @@ async def _with_change(
     fleet: Fleet, outcome: Outcome, action: str, hold: str | None, started: datetime,
     after: list[FleetState],
 ) -> Outcome:
-    """``outcome`` with ``change``: what the change did. Nothing is read before the change
-    (a request's time is the change's); after it, its audit entry (found by version, read
-    within ``AUDIT_READ_S``) says the event and the holds; without it, ``hold_change`` works it
-    out from the state after. A state written before the request started (``changed_at``: the
-    coordinator's own clock) is a resume that changed nothing."""
+    """``outcome`` with ``change``: what the change did (``describe_change``; nothing is read
+    before the change: a request's time is the change's)."""
     if not after:
         return outcome
-    state = after[0]
-    started = started.replace(microsecond=started.microsecond // 1000 * 1000)  # as stored
-    if action == "resume" and (state.changed_at is None or state.changed_at < started):
-        change = HoldChange("noop", (), (), ())
-        return Outcome({**outcome.body, "change": change.to_dict()}, outcome.status)
-    try:
-        async with asyncio.timeout(AUDIT_READ_S):
-            events = await fleet.history(limit=AUDIT_LOOKBACK)
-    except (RedisError, OSError, TimeoutError):
-        events = []
-    mine = next((e for e in events if e.version == state.version), None)
-    change = (audited_change(mine, state) if mine is not None
-              else hold_change(action, hold, None, state))
+    change = await describe_change(fleet, action, hold, started, after[0])
     return Outcome({**outcome.body, "change": change.to_dict()}, outcome.status)
 
 
