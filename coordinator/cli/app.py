@@ -1,7 +1,9 @@
 """``fleetgate``: the operator's command line (typer).
 
-    fleetgate pause --reason TEXT [--by NAME] [--for 30m] [--auto-resume] [--wait] [--timeout 60s]
-    fleetgate resume [--reason TEXT] [--by NAME] [--stagger 30s] [--wait] [--timeout 60s]
+    fleetgate pause --reason TEXT [--hold NAME] [--at TIME|2h] [--by NAME] [--for 30m]
+                    [--auto-resume] [--wait] [--timeout 60s]
+    fleetgate resume [--hold NAME | --all] [--reason TEXT] [--by NAME] [--stagger 30s] [--wait]
+                     [--timeout 60s]
     fleetgate status [--watch]
     fleetgate history [--limit N]
     fleetgate fleets [--limit N]
@@ -14,7 +16,8 @@ Global options ``--redis-url`` and ``--fleet`` (``FLEETGATE_REDIS_URL``, ``FLEET
 every command takes ``--json`` (the shapes are in ``coordinator.render``).
 
 Exit status (``coordinator.cli.exits``): 0 ok; 1 Redis cannot be reached (or an unexpected
-error); 2 bad usage or configuration; 3 a ``--wait`` that timed out (the stragglers named on
+error); 2 bad usage or configuration (also: a resume naming no hold while there are
+several, or a hold there is not); 3 a ``--wait`` that timed out (the stragglers named on
 stderr); 5 a change whose outcome is unknown (sent, never answered: read the state). Every
 failure is one line on stderr, never a traceback.
 
