@@ -8,91 +8,28 @@ version applied, clicks Resume and sees them run again.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import shutil
 import tempfile
-import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis as syncredis
-import uvicorn
 
 from coordinator.demo.localredis import LocalRedis, free_port
 from coordinator.settings import CoordinatorSettings
-from coordinator.web.api import create_app
 from replica.contract import Keys, format_time, now_utc
+from tests.dashkit import ADMIN, ARGS, Server, dashboard_page
+from tests.dashkit import chromium_or_skip as _chromium_or_skip
 from tests.fleetkit import ReplicaThread, wait_until
 
-CHROMIUM = "/usr/bin/chromium"
-ADMIN = "dashboard-admin-token-0123"
-ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 SCREENSHOT = Path(tempfile.gettempdir()) / "fleetgate-dashboard.png"
 SCREENSHOT_OVERDUE = Path(tempfile.gettempdir()) / "fleetgate-dashboard-overdue.png"
 SCREENSHOT_STALE = Path(tempfile.gettempdir()) / "fleetgate-dashboard-stale.png"
 
 pytestmark = pytest.mark.slow
-
-
-@contextlib.contextmanager
-def dashboard_page(executable: str, height: int | None = None) -> Iterator[Any]:
-    """A page of a fresh headless Chromium (a profile of its own, removed afterwards)."""
-    from playwright.sync_api import sync_playwright
-
-    profile = tempfile.mkdtemp(prefix="fleetgate-chromium-")
-    viewport = {} if height is None else {"viewport": {"width": 1280, "height": height}}
-    try:
-        with sync_playwright() as pw:
-            context = pw.chromium.launch_persistent_context(
-                profile, executable_path=executable, args=ARGS, headless=True, **viewport,
-            )
-            try:
-                yield context.new_page()
-            finally:
-                context.close()
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
-
-
-def _chromium_or_skip() -> str:
-    if not os.path.exists(CHROMIUM):
-        print(f"SKIP reason: {CHROMIUM} is absent (make test installs it with apt where it can)")
-        pytest.skip(f"{CHROMIUM} is absent: apt-get install chromium (make test does it)")
-    return CHROMIUM
-
-
-class Server:
-    """uvicorn in a thread; ``url`` once it serves."""
-
-    def __init__(self, settings: CoordinatorSettings) -> None:
-        config = uvicorn.Config(
-            create_app(settings), host="127.0.0.1", port=settings.port, log_config=None, lifespan="on"
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="coordinator", daemon=True)
-        self.url = f"http://127.0.0.1:{settings.port}/"
-
-    def fleet_url(self, fleet: str) -> str:
-        """The page of ``fleet`` (``/`` is the overview of every fleet)."""
-        return f"{self.url}?fleet={fleet}"
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        wait_until(lambda: self.server.started or not self.thread.is_alive(), timeout=30)
-        assert self.server.started, "uvicorn did not start"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
 
 
 @pytest.fixture

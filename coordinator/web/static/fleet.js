@@ -174,17 +174,41 @@ window.FG.fleet = (function () {
       .filter(([, h]) => FG.holds.statusOf(h, null) === "active").map(([n]) => n);
   }
 
-  function doneText(action, body) {
+  // What the change did, from the answer's `change` ({event, holds, paused_by, scheduled}),
+  // else from the state after it.
+  function changeText(action, body) {
     const s = body.state;
-    const wait = body.wait;
-    let text;
-    if (action.hold && s.paused) {
-      const left = activeHoldNames(s);
-      text = "Hold " + action.hold + " released by " + s.by + " (version " + s.version + "); still paused" +
-        (left.length ? " by " + left.join(", ") : "");
-    } else {
-      text = (s.paused ? "Paused" : "Resumed") + " by " + s.by + " (version " + s.version + ")";
+    const c = body.change;
+    const v = " (version " + s.version + ")";
+    const by = " by " + s.by;
+    if (!c) {
+      if (action.hold && s.paused) {
+        const left = activeHoldNames(s);
+        return "Hold " + action.hold + " released" + by + v + "; still paused" + (left.length ? " by " + left.join(", ") : "");
+      }
+      return (s.paused ? "Paused" : "Resumed") + by + v;
     }
+    const names = (c.holds || []).join(", ");
+    const plural = (c.holds || []).length > 1 ? "s " : " ";
+    const still = c.paused_by && c.paused_by.length ? "; still paused by " + c.paused_by.join(", ") : "; the fleet runs";
+    switch (c.event) {
+      case "pause": return "Paused" + by + v + (names && names !== "default" ? ": hold " + names : "");
+      case "resume": return "Resumed" + by + v;
+      case "noop": return "Nothing to resume: the fleet has no hold" + v;
+      case "hold_released": return "Hold" + plural + names + " released" + by + v + still;
+      case "hold_cancelled": return "Scheduled hold" + plural + names + " cancelled" + by + v + still;
+      case "hold_scheduled": {
+        const h = (s.holds || {})[names] || {};
+        return "Hold " + names + " scheduled for " + (h.starts_at || "later") + by + v;
+      }
+      case "hold_updated": return "Hold " + names + " updated" + by + v + still;
+      default: return "Hold " + names + " added" + by + v + still;
+    }
+  }
+
+  function doneText(action, body) {
+    const text = changeText(action, body);
+    const wait = body.wait;
     if (!wait) return [text + ".", "ok"];
     const goal = wait.action === "pause" ? "quiet" : "running";
     const n = wait.replicas.length;
@@ -211,6 +235,7 @@ window.FG.fleet = (function () {
         say(text, kind);
         showWait(body.wait);
         $("reason").value = ""; // said: the next action needs its own
+        $("at").value = "";
       } else if (response.status === 401) {
         say("That token is not valid.", "error");
       } else if (response.status === 403) {
@@ -252,6 +277,8 @@ window.FG.fleet = (function () {
     if (window) payload.for_seconds = Number(window);
     const hold = $("hold-name").value.trim();
     if (hold) payload.hold = hold; // without one the API adds or updates the hold "default"
+    const at = $("at").value.trim();
+    if (at) payload.at = at; // a scheduled hold: an ISO 8601 time or a duration from now
     post("pause", withWait(payload), { pause: true, hold: hold || null });
   }
 

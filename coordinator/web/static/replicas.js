@@ -74,7 +74,7 @@ window.FG.replicas = (function () {
     const panel = $("attention-panel");
     panel.dataset.count = String(total);
     $("attention-summary").textContent = total === 0
-      ? "Every replica is where it should be."
+      ? (body.summary.replicas ? "Every replica is where it should be." : "No replica has reported yet.")
       : total + (total === 1 ? " replica needs" : " replicas need") + " attention" +
         (total > rows.length ? " (the " + rows.length + " most urgent shown)" : "") + ".";
   }
