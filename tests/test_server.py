@@ -132,3 +132,21 @@ async def test_the_server_answers_head_with_the_headers_of_get_and_no_body(
             assert head.headers["content-type"] == get.headers["content-type"]
             if path != "/healthz":
                 assert head.headers["content-length"] == get.headers["content-length"]
+
+
+def test_the_listening_socket_is_tcp_so_each_connection_gets_tcp_nodelay() -> None:
+    # asyncio sets TCP_NODELAY on an accepted socket only when its proto says TCP (proto 0 does
+    # not): without it every response after a keep-alive connection's first waited ~40 ms
+    import socket
+
+    from coordinator.web.server import listen
+
+    sock = listen("127.0.0.1", 0)
+    try:
+        sock.listen()
+        with socket.create_connection(sock.getsockname()):
+            accepted, _ = sock.accept()
+            with accepted:
+                assert (sock.proto, accepted.proto) == (socket.IPPROTO_TCP, socket.IPPROTO_TCP)
+    finally:
+        sock.close()

@@ -94,7 +94,9 @@ def listen(host: str, port: int) -> socket.socket:
     cannot be bound is a ``ConfigError`` of one line (uvicorn itself would log it and exit 3,
     which the CLI keeps for a --wait that timed out)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say so, and without it
+    # every response after a connection's first waits ~40 ms (Nagle meets a delayed ACK)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
