@@ -30,7 +30,7 @@ class Ack:
     version: int
     event: str
     fleet_held: bool
-    """The pool is held by the fleet (source ``fleet``)."""
+    """The pool is held by the fleet (source ``fleet`` or ``fleet:NAME``: a fleet hold)."""
     quiet: bool
     """The pool is paused and nothing is in flight."""
     in_flight: int

@@ -6,8 +6,8 @@ One controller per replica, the façade over the parts that do the work:
   ``fleetgate:{NAME}:control``; pushes are handled in its transport callback, with no task
   switch per message, and apply at once;
 * ``StateApplier`` (``replica.control.applier``): the applied state and the version rules
-  (newer, older and equal versions, automatic and staggered resumes), the pool's ``fleet``
-  hold;
+  (newer, older and equal versions, automatic and staggered resumes, holds that start and
+  end by the clock), the pool's ``fleet`` and ``fleet:NAME`` holds;
 * ``SyncLoop`` (``replica.control.sync``): the loop of round trips that polls the state hash
   (the certainty: whatever came over the channel, the hash is applied), heartbeats in the same
   round trip, restores a lost state hash and is fail-static when Redis goes away;
@@ -259,7 +259,7 @@ class FleetController:
 
     @property
     def fleet_held(self) -> bool:
-        """The pool is held by the fleet's pause (source ``fleet``)."""
+        """The pool is held by the fleet (sources ``fleet`` and ``fleet:NAME``)."""
         return self._applier.fleet_held
 
     @property
