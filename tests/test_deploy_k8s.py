@@ -29,6 +29,7 @@ DEPLOY = REPO / "deploy"
 BASE = DEPLOY / "k8s" / "base"
 DEV_OVERLAY = DEPLOY / "k8s" / "overlays" / "dev"
 MANAGED_REDIS_OVERLAY = DEPLOY / "k8s" / "overlays" / "managed-redis"
+SENTINEL_OVERLAY = DEPLOY / "k8s" / "overlays" / "sentinel"
 RULES_FILE = DEPLOY / "prometheus" / "fleetgate-rules.yml"
 REDIS_CONF = BASE / "redis" / "redis.conf"
 
@@ -81,10 +82,16 @@ def managed_redis_objects() -> list[Obj]:
     return _kustomize(MANAGED_REDIS_OVERLAY)
 
 
+@pytest.fixture(scope="module")
+def sentinel_objects() -> list[Obj]:
+    return _kustomize(SENTINEL_OVERLAY)
+
+
 TREES = {
     "base": "base_objects",
     "dev overlay": "dev_objects",
     "managed-redis overlay": "managed_redis_objects",
+    "sentinel overlay": "sentinel_objects",
 }
 
 
@@ -334,6 +341,85 @@ def test_the_managed_redis_overlay_runs_no_redis_and_ships_no_secret(
         "fleetgate-replica",
         "fleetgate-coordinator",
     }
+
+
+SENTINEL_SECRET_KEYS = {
+    "admin-token", "view-token", "redis-coordinator-password", "redis-replica-password-demo",
+    "redis-sentinel-password",
+}
+"""What the sentinel overlay's Secret, created out of band, holds."""
+
+
+def test_the_sentinel_overlay_runs_no_redis_and_ships_no_secret(
+    sentinel_objects: list[Obj],
+) -> None:
+    names = {o["metadata"]["name"] for o in sentinel_objects}
+    assert not [n for n in names if n.startswith("fleetgate-redis")], names
+    assert not [o for o in sentinel_objects
+                if o["kind"] in {"Secret", "StatefulSet", "NetworkPolicy"}]
+    assert {o["metadata"]["name"] for o in sentinel_objects if o["kind"] == "Deployment"} == {
+        "fleetgate-replica",
+        "fleetgate-coordinator",
+    }
+
+
+@pytest.mark.parametrize(
+    ("deployment", "user", "password_key"),
+    [
+        ("fleetgate-replica", "replica-$(FLEETGATE_FLEET)", "redis-replica-password-demo"),
+        ("fleetgate-coordinator", "coordinator", "redis-coordinator-password"),
+    ],
+)
+def test_the_sentinel_overlay_points_each_component_at_the_sentinels_as_its_own_users(
+    sentinel_objects: list[Obj], deployment: str, user: str, password_key: str
+) -> None:
+    """Its ACL user and password on the Redis servers, the `fleetgate` user and the
+    sentinels' password on the sentinels; every $(VAR) defined before the URL, from the
+    Secret; and the URL, its variables filled in, is one the contract's parser takes."""
+    from replica.contract.urls import parse_redis_url
+
+    container = _one(sentinel_objects, "Deployment", deployment)["spec"]["template"]["spec"][
+        "containers"][0]
+    names = [e["name"] for e in container["env"]]
+    env = _env(container)
+    url = env["FLEETGATE_REDIS_URL"]["value"]
+    parts = urlsplit(url)
+    assert parts.scheme == "redis+sentinel"
+    assert parts.netloc.startswith(f"{user}:$(REDIS_PASSWORD)@")
+    hosts = parts.netloc.split("@", 1)[1].split(",")
+    assert len(hosts) == 3 and all(h.endswith(":26379") for h in hosts), hosts
+    assert parts.path == "/mymaster/0"
+    assert parts.query == "sentinel_username=fleetgate&sentinel_password=$(REDIS_SENTINEL_PASSWORD)"
+    for variable in re.findall(r"\$\((\w+)\)", url):
+        assert names.index(variable) < names.index("FLEETGATE_REDIS_URL"), variable
+    for variable, key in (("REDIS_PASSWORD", password_key),
+                          ("REDIS_SENTINEL_PASSWORD", "redis-sentinel-password")):
+        ref = env[variable]["valueFrom"]["secretKeyRef"]
+        assert (ref["name"], ref["key"]) == ("fleetgate-secrets", key)
+    filled = (url.replace("$(FLEETGATE_FLEET)", "demo")
+              .replace("$(REDIS_PASSWORD)", "a-redis-password-0001")
+              .replace("$(REDIS_SENTINEL_PASSWORD)", "a-sentinel-password-01"))
+    target = parse_redis_url(filled)
+    assert target.topology == "sentinel"
+    assert (target.service, target.db, target.sentinel_username) == ("mymaster", 0, "fleetgate")
+    assert "a-redis-password-0001" not in str(target)
+
+
+def test_the_sentinel_overlay_documents_the_secret_its_pods_read(
+    sentinel_objects: list[Obj],
+) -> None:
+    """The `kubectl create secret` of the overlay's header names every key a pod reads from
+    fleetgate-secrets, and no other."""
+    read = {
+        var["valueFrom"]["secretKeyRef"]["key"]
+        for workload in _workloads(sentinel_objects)
+        for container in _all_containers(workload)
+        for var in container.get("env", [])
+        if "secretKeyRef" in var.get("valueFrom", {})
+    }
+    header = (SENTINEL_OVERLAY / "kustomization.yaml").read_text(encoding="utf-8")
+    documented = set(re.findall(r"--from-literal=([a-z0-9-]+)=", header))
+    assert read == documented == SENTINEL_SECRET_KEYS
 
 
 def test_tokens_and_passwords_come_from_secrets_never_from_literals(

@@ -6,6 +6,19 @@
 #   REDIS_REPLICA_PASSWORD_ORDERS=... REDIS_REPLICA_PASSWORD_BILLING_EU_1=... \
 #     sh render-acl.sh users.acl /run/redis/users.acl orders billing.eu-1
 #
+# and the sentinels' template sentinel-users.acl (no fleet: it has no per-fleet user):
+#
+#   REDIS_ADMIN_PASSWORD=... REDIS_SENTINEL_PASSWORD=... REDIS_SENTINEL_PEER_PASSWORD=... \
+#     sh render-acl.sh sentinel-users.acl /run/sentinel/users.acl
+#
+# A password placeholder __<VARIABLE>_SHA256__ of the template is filled from the environment
+# variable <VARIABLE>: REDIS_ADMIN_PASSWORD, REDIS_COORDINATOR_PASSWORD and
+# REDIS_SENTINEL_PASSWORD (the `fleetgate` user of the sentinels) must be set when the template
+# names them; REDIS_SENTINEL_PEER_PASSWORD (the `sentinel` user: sentinels logging in to the
+# Redis servers and to each other) and REDIS_REPLICATION_PASSWORD (the `replication` user: a
+# Redis replica logging in to its master) are for replicated topologies only: a user line that
+# names an unset one is left out (said on stderr).
+#
 # Runs as the init container of the Redis StatefulSet, as the redis service's command in
 # deploy/compose.yaml, and in tests/test_deploy_acl.py. POSIX sh + sha256sum/awk/sed/grep/cut/tr/
 # sort/uniq, so it works with busybox (redis:*-alpine) and with coreutils.
@@ -33,11 +46,16 @@ die() {
     exit 1
 }
 
-[ $# -ge 3 ] || die "usage: render-acl.sh TEMPLATE OUTPUT FLEET [FLEET...]"
+[ $# -ge 2 ] || die "usage: render-acl.sh TEMPLATE OUTPUT [FLEET...]"
 src=$1
 dst=$2
 shift 2
 [ -r "$src" ] || die "cannot read $src"
+if grep -q '__FLEET__' "$src"; then
+    [ $# -ge 1 ] || die "usage: render-acl.sh TEMPLATE OUTPUT FLEET [FLEET...] ($src has a user per fleet: name at least one)"
+else
+    [ $# -eq 0 ] || die "$src has no user per fleet: name no fleet"
+fi
 
 check_fleet() {
     name=$1
@@ -61,13 +79,29 @@ sha256_of() {
     printf '%s' "$value" | sha256sum | cut -d ' ' -f 1
 }
 
-admin=$(sha256_of REDIS_ADMIN_PASSWORD "${REDIS_ADMIN_PASSWORD:-}")
-coordinator=$(sha256_of REDIS_COORDINATOR_PASSWORD "${REDIS_COORDINATOR_PASSWORD:-}")
+# The fixed users' passwords: VARIABLE:required (1) or for replicated topologies only (0).
+subst=""
+dropped=""
+all_hashes=""
+for spec in REDIS_ADMIN_PASSWORD:1 REDIS_COORDINATOR_PASSWORD:1 REDIS_SENTINEL_PASSWORD:1 \
+    REDIS_SENTINEL_PEER_PASSWORD:0 REDIS_REPLICATION_PASSWORD:0; do
+    var=${spec%:*}
+    grep -q "__${var}_SHA256__" "$src" || continue
+    # $var is one of the names above, so this eval reads one variable and nothing else.
+    eval "value=\${$var:-}"
+    if [ -z "$value" ] && [ "${spec#*:}" = 0 ]; then
+        echo "render-acl: $var is unset: leaving out the user that needs it" >&2
+        dropped="$dropped __${var}_SHA256__"
+        continue
+    fi
+    hash=$(sha256_of "$var" "$value")
+    subst="$subst -e s/__${var}_SHA256__/$hash/g"
+    all_hashes="$all_hashes $hash"
+done
 
 fleets=""
 hashes=""
 ids=""
-all_hashes="$admin $coordinator"
 for fleet in "$@"; do
     check_fleet "$fleet"
     case " $fleets " in
@@ -99,7 +133,10 @@ awk '
     /^[ \t]/ { sub(/^[ \t]+/, ""); line = line " " $0; next }
     { if (line != "") print line; line = $0 }
     END { if (line != "") print line }
-' "$src" | awk -v fleets="$fleets" -v hashes="$hashes" '
+' "$src" | awk -v dropped="$dropped" '
+    BEGIN { n = split(dropped, gone, " ") }
+    { for (i = 1; i <= n; i++) if (index($0, gone[i])) next; print }
+' | awk -v fleets="$fleets" -v hashes="$hashes" '
     BEGIN { n = split(fleets, name, " "); split(hashes, hash, " ") }
     /__FLEET__/ {
         for (i = 1; i <= n; i++) {
@@ -111,9 +148,10 @@ awk '
         next
     }
     { print }
-' | sed \
-    -e "s/__REDIS_ADMIN_PASSWORD_SHA256__/$admin/g" \
-    -e "s/__REDIS_COORDINATOR_PASSWORD_SHA256__/$coordinator/g" >"$tmp"
+' | {
+    # shellcheck disable=SC2086  # $subst is sed's -e options, split on purpose (hex, no spaces)
+    if [ -n "$subst" ]; then sed $subst; else cat; fi
+} >"$tmp"
 
 if grep -q '__[A-Z_]*__' "$tmp"; then
     die "unknown placeholder left in $src: $(grep -o '__[A-Z_]*__' "$tmp" | head -n 1)"
@@ -121,4 +159,4 @@ fi
 grep -q '^user ' "$tmp" || die "no user in $src"
 mv "$tmp" "$dst"
 trap - EXIT
-echo "render-acl: wrote $(grep -c '^user ' "$dst") users to $dst (fleets:$fleets)"
+echo "render-acl: wrote $(grep -c '^user ' "$dst") users to $dst (fleets:${fleets:- none})"
