@@ -17,7 +17,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from replica.contract.urls import MASK, check_redis_url, redact_url
+from replica.contract.urls import MASK, check_redis_url, parse_redis_url, redact_url
+from replica.errors import ContractError
 
 REPLICA = str(Path(sys.executable).with_name("fleetgate-replica"))
 PASSWORDS = ["s3cret", "s3#cret", "s3?cret", "s3/cret", "s3@cret", "s3:cret", "s#3?c/r@t"]
@@ -169,3 +170,67 @@ def test_the_replica_refuses_a_bad_url_with_one_line_that_never_shows_the_passwo
     assert len(lines) == 1 and "Traceback" not in done.stderr
     assert "FLEETGATE_REDIS_URL" in lines[0] and fragment in lines[0]
     assert "s3" not in done.stderr + done.stdout
+
+
+# ---------------------------------------------------------------------------- Sentinel, Cluster
+
+
+def test_a_sentinel_url_names_its_sentinels_service_database_and_credentials() -> None:
+    target = parse_redis_url(
+        "rediss+sentinel://app:p%40ss@s1:26380,s2,[::1]:26381/mymaster/3"
+        "?sentinel_username=sen&sentinel_password=s%26pw&socket_timeout=2.5&socket_connect_timeout=1"
+    )
+    assert target.topology == "sentinel" and target.tls
+    assert target.hosts == (("s1", 26380), ("s2", 26379), ("::1", 26381))
+    assert (target.service, target.db) == ("mymaster", 3)
+    assert (target.username, target.password) == ("app", "p@ss")
+    assert (target.sentinel_username, target.sentinel_password) == ("sen", "s&pw")
+    assert (target.socket_timeout, target.socket_connect_timeout) == (2.5, 1.0)
+    assert "p%40ss" not in repr(target) and "s%26pw" not in repr(target)
+
+
+def test_a_cluster_url_names_its_seeds() -> None:
+    target = parse_redis_url("redis+cluster://u:pw@n1:7000,n2:7001,n3/")
+    assert target.topology == "cluster" and not target.tls
+    assert target.hosts == (("n1", 7000), ("n2", 7001), ("n3", 6379))
+    assert (target.username, target.password) == ("u", "pw")
+    assert parse_redis_url("redis://h:6379/0").topology == "standalone"
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("redis+sentinel://u:s3cret@h1:26379,h2:26379", "names no Sentinel service"),
+        ("redis+sentinel://u:s3cret@h1:26379/svc/zero", "database that is not a number"),
+        ("redis+sentinel://u:s3cret@h1:26379/svc/0/x", "more than /SERVICE/DB"),
+        ("redis+sentinel://h1/svc?password=s3cret", "query parameter 'password' it does not take"),
+        ("redis+sentinel://h1/svc?socket_timeout=soon&sentinel_password=s3cret", "socket_timeout"),
+        ("redis+sentinel://h1/svc?socket_connect_timeout=0", "positive number of seconds"),
+        ("redis+cluster://u:s3cret@h1:7000/1", "a cluster has database 0 only"),
+        ("redis+cluster://h1:7000?sentinel_password=s3cret", "only a Sentinel URL takes"),
+        ("redis+cluster://u:s3cret@h1:7000,h2:port", "port that is not a number"),
+        ("redis+cluster://u:s3cret@h1:7000,,h2", "has no host"),
+        ("redis+sentinal://u:s3cret@h1/svc", "must be a redis://"),
+    ],
+)
+def test_a_malformed_sentinel_or_cluster_url_gets_one_line_naming_the_problem(
+    url: str, fragment: str
+) -> None:
+    with pytest.raises(ContractError) as caught:
+        parse_redis_url(url)
+    message = str(caught.value)
+    assert fragment in message and len(message.splitlines()) == 1
+    assert "s3cret" not in message
+
+
+def test_the_cli_refuses_a_malformed_sentinel_url_with_one_line_and_exit_status_2() -> None:
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("fleetgate")), "status", "--redis-url",
+         "redis+sentinel://u:s3cret@h1:26379/svc?sentinel_password=s3cret&bogus=1"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if not k.startswith("FLEETGATE_")},
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "query parameter 'bogus'" in lines[0]
+    assert "s3cret" not in done.stderr + done.stdout

@@ -1,0 +1,152 @@
+"""replica.control.connect, the one connection factory, and replica.control.slots, its cluster
+client, against real servers: a Sentinel group and a Redis Cluster from ``tests.topology``."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.exceptions import MovedError, ResponseError
+
+from replica.contract import Keys, restore_args
+from replica.contract.scripts import RESTORE_STATE_LUA
+from replica.contract.state import FleetState
+from replica.control.connect import connect, pool_for, sharded, topology
+from replica.control.redisio import Link
+from replica.control.slots import SlotRedis, command_key
+from replica.control.subscription import Subscription
+from replica.errors import ContractError
+from tests.topology import (  # noqa: F401 (the fixtures)
+    Cluster,
+    SentinelGroup,
+    redis_cluster_fixture,
+    sentinel_group_fixture,
+)
+
+
+async def test_each_url_form_gives_a_client_that_knows_its_topology() -> None:
+    forms = {
+        "redis://127.0.0.1:1/0": "standalone",
+        "unix:///tmp/none.sock": "standalone",
+        "redis+sentinel://127.0.0.1:1,127.0.0.1:2/svc/2": "sentinel",
+        "redis+cluster://127.0.0.1:1,127.0.0.1:2": "cluster",
+    }
+    for url, expected in forms.items():
+        client = connect(url)
+        try:
+            assert topology(client) == expected
+            assert sharded(client) is (expected == "cluster")
+        finally:
+            await client.aclose()
+
+
+def test_a_malformed_url_opens_nothing_and_says_what_is_wrong() -> None:
+    with pytest.raises(ContractError, match="names no Sentinel service"):
+        connect("redis+sentinel://u:s3cret@127.0.0.1:26379")
+
+
+@pytest.mark.parametrize(
+    ("command", "key"),
+    [
+        (("GET", "k"), "k"),
+        (("XGROUP CREATE", "stream", "g", "0"), "stream"),
+        (("XINFO", "GROUPS", "stream"), "stream"),
+        (("EVALSHA", "sha", 2, "a", "b", "arg"), "a"),
+        (("EVALSHA", "sha", 0, "arg"), None),
+        (("XREADGROUP", "GROUP", "g", "c", "COUNT", 1, "STREAMS", "s", ">"), "s"),
+        (("SCRIPT LOAD", "return 1"), None),
+        (("PING",), None),
+        (("WAIT", 1, 100), None),
+    ],
+)
+def test_a_cluster_command_is_routed_by_its_key(command: tuple[object, ...], key: str | None) -> None:
+    assert command_key(command) == key
+
+
+async def test_a_closed_sentinel_client_leaves_no_connection_on_the_sentinels_or_the_master(
+    sentinel_group: SentinelGroup,
+) -> None:
+    def connections() -> list[int]:
+        counts = []
+        for node in [*sentinel_group.sentinels, sentinel_group.master()]:
+            with node.client() as c:
+                counts.append(len(c.client_list()) - 1)  # minus this probe
+        return counts
+
+    before = await asyncio.to_thread(connections)
+    client = connect(sentinel_group.url, decode_responses=True)
+    assert topology(client) == "sentinel"
+    await client.set("k", "v")
+    assert await client.get("k") == "v"
+    with sentinel_group.master().client() as master:
+        assert master.get("k") == "v"
+    await client.aclose()
+    assert await asyncio.to_thread(connections) == before
+
+
+async def test_a_cluster_client_reaches_every_slot_runs_scripts_and_pipelines_where_the_keys_are(
+    redis_cluster: Cluster,
+) -> None:
+    client = connect(redis_cluster.url, decode_responses=True)
+    assert isinstance(client, SlotRedis)
+    try:
+        fleets = [f"f{i}" for i in range(12)]  # spread over the three primaries
+        for name in fleets:
+            await client.set(f"fleetgate:{{{name}}}:x", name)
+        for name in fleets:
+            key = f"fleetgate:{{{name}}}:x"
+            with redis_cluster.primary_for(key).client() as node:
+                assert node.get(key) == name
+        script = client.register_script("return redis.call('GET', KEYS[1])")
+        assert [await script(keys=[f"fleetgate:{{{n}}}:x"]) for n in fleets] == fleets
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.hset("fleetgate:{f3}:h", "a", "1").hget("fleetgate:{f3}:h", "a")
+            assert await pipe.execute() == [1, "1"]
+        await client.zadd("fleetgate:fleets", {"f3": 1})  # a key without a tag: its own slot
+        assert await client.zrange("fleetgate:fleets", 0, -1) == ["f3"]
+    finally:
+        await client.aclose()
+
+
+async def test_on_a_cluster_the_restore_script_spublishes_to_the_fleets_sharded_subscribers(
+    redis_cluster: Cluster,
+) -> None:
+    keys = Keys("orders")
+    client = connect(redis_cluster.url, decode_responses=True)
+    sub = Subscription(client, keys.control)
+    try:
+        assert sub.sharded
+        await sub.open()
+        assert (await sub.read(10.0))[0] == b"subscribe"
+        with redis_cluster.primary_for(keys.control).client() as node:
+            assert node.execute_command("PUBSUB", "SHARDNUMSUB", keys.control)[1] == 1
+        state = FleetState.from_hash("orders", {"paused": "1", "version": "4", "reason": "r"})
+        script = client.register_script(RESTORE_STATE_LUA)
+        args = restore_args(state, "pod-1", sharded=True)
+        assert await script(keys=[keys.state, keys.audit, keys.control], args=args) == 1
+        message = await sub.read(10.0)
+        assert message[0] == b"message" and message[1] == keys.control.encode()
+        assert FleetState.from_json(message[2].decode(), "orders").version == 4
+    finally:
+        await sub.close()
+        await client.aclose()
+
+
+async def test_a_key_of_another_slot_on_a_fleets_connection_is_the_callers_error_not_a_reconnect(
+    redis_cluster: Cluster,
+) -> None:
+    keys = Keys("orders")
+    client = connect(redis_cluster.url, decode_responses=True)
+    link = Link(client, keys.state)
+    other = next(k for k in (f"other-{i}" for i in range(100))
+                 if redis_cluster.primary_for(k) is not redis_cluster.primary_for(keys.state))
+    try:
+        assert pool_for(client, keys.state) is pool_for(client, keys.control)
+        (first,) = await link.call([("HSET", keys.state, "paused", "0")])
+        (moved,) = await link.call([("GET", other)])
+        assert isinstance(moved, MovedError) and isinstance(moved, ResponseError)
+        (again,) = await link.call([("HGET", keys.state, "paused")])
+        assert (first, again) == (1, "0") and link.generation == 1
+    finally:
+        await link.close()
+        await client.aclose()
