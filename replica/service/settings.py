@@ -22,9 +22,10 @@ from typing import Any, Final
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from redis.crc import key_slot
 
 from replica.contract import Keys, validate_fleet, validate_replica_id
-from replica.contract.urls import REDIS_SCHEMES, check_redis_url
+from replica.contract.urls import REDIS_SCHEMES, check_redis_url, parse_redis_url
 from replica.control.options import CONTROL_LOSS_MODES, ControlLossMode
 from replica.errors import ConfigError
 
@@ -193,6 +194,20 @@ class ReplicaSettings(BaseSettings):
                 f"FLEETGATE_POLL_INTERVAL ({self.poll_interval:g} s): the pool would be held "
                 "between two reads of the fleet state"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _streams_in_the_fleets_slot(self) -> ReplicaSettings:
+        # on a cluster the work, dead-letter and runs writes share MULTIs and the fleet's slot
+        if parse_redis_url(self.redis_url).topology != "cluster":
+            return self
+        slot = key_slot(self.keys.state.encode())
+        for name, key in (("STREAM", self.stream), ("DEAD_LETTER_STREAM", self.dead_letter_stream)):
+            if key is not None and key_slot(key.encode()) != slot:
+                raise ValueError(
+                    f"FLEETGATE_{name} {key!r} is not in the fleet's hash slot, which a Redis "
+                    f"Cluster needs: put {{{self.fleet}}} in its name"
+                )
         return self
 
     # -- derived
