@@ -238,6 +238,25 @@ async def test_two_holds_hold_the_pool_and_releasing_one_keeps_it_held(
         assert all(r.started_while_held == [] for r in replicas)
 
 
+async def test_a_hold_that_ends_by_itself_among_several_leaves_the_pool_held_by_the_others(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    async with Replicas(redis_url, fleet_name, 2, poll_interval=0.5) as replicas:
+        seen = [Transitions(p) for p in replicas.pools]
+        await fleet.pause("migration", by="db-team", hold="db")
+        short = await fleet.pause("cache flush", by="ops", hold="flush",
+                                  auto_resume_after=timedelta(seconds=1))
+        await until(lambda: all(c.applied_version == short.version
+                                for c in replicas.controllers))
+        assert all(c.resume_at is None for c in replicas.controllers)  # db has no end
+        await until(lambda: all(p.holds == {"fleet:db": "migration"} for p in replicas.pools))
+        assert all(s.events() == ["paused", "quiet"] for s in seen)
+        assert (await fleet.state()).version == short.version  # by the clock alone
+        await fleet.resume(by="db-team", hold="db")
+        await asyncio.wait_for(asyncio.gather(*(p.wait_for(False) for p in replicas.pools)), 15)
+
+
 async def test_a_scheduled_hold_starts_and_ends_on_the_replicas_clock_with_no_change_written(
     redis_url: str, redis: aioredis.Redis, fleet_name: str, acks: Callable[..., Any]
 ) -> None:

@@ -37,14 +37,12 @@ DEFAULT_REASON: Final = "paused by the fleet"
 def pause_end(state: FleetState, now: datetime) -> datetime | None:
     """When ``state``, paused at ``now``, stops being paused by itself (its active holds
     ended, with no scheduled one in force then), or None when it never does."""
-    t: datetime | None = now
+    t = now
     for _ in range(2 * MAX_HOLDS + 2):  # each hold starts and ends at most once
-        assert t is not None
-        t = state.next_transition(t)
-        if t is None:
-            return None
-        if not state.effectively_paused(t):
-            return t
+        later = state.next_transition(t)
+        if later is None or not state.effectively_paused(later):
+            return later
+        t = later
     return None
 
 
