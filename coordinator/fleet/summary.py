@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from coordinator.fleet.models import FleetStatus, ReplicaInfo
 from replica.contract import CONTROL_CONNECTED, FleetState, format_time, now_utc
+from replica.contract.holds import running_since
 
 REPLICA_STATES: Final = ("running", "paused", "quiet", "stale")
 DEFAULT_MAX_PAUSE_S: Final = 1800.0
@@ -58,21 +59,37 @@ def replica_state(replica: ReplicaInfo) -> str:
 
 
 def pause_age_s(state: FleetState, now: datetime | None = None) -> float | None:
-    """How long the fleet has been paused (None while it runs)."""
+    """How long the fleet has been paused (None while it runs). With holds: since the state's
+    ``since`` while the pause it was written with goes on, else (a window started by itself,
+    a hold ended by itself) since the earliest ``since`` of the holds active now."""
     now = now or now_utc()
-    if not state.effectively_paused(now) or state.since is None:
+    if not state.effectively_paused(now):
         return None
-    return max(0.0, (now - state.since).total_seconds())
+    since = state.since
+    if state.holds is not None and not (state.paused and running_since(state.holds, now) is None):
+        starts = [h.since for h in state.active_holds(now) if h.since is not None]
+        since = min(starts) if starts else since
+    if since is None:
+        return None
+    return max(0.0, (now - since).total_seconds())
 
 
 def is_overdue(
     state: FleetState, now: datetime | None = None, max_pause: float = DEFAULT_MAX_PAUSE_S
 ) -> bool:
-    """A pause past its ``expected_until``, or past ``max_pause`` seconds without a window."""
+    """A pause past its ``expected_until``, or past ``max_pause`` seconds without a window.
+    With holds: a hold active now is past its own ``expected_until``, or one has no window
+    and the pause (``pause_age_s``) is past ``max_pause``; a hold that ended by its
+    ``auto_resume_at`` is no pause."""
     now = now or now_utc()
     age = pause_age_s(state, now)
     if age is None:
         return False
+    if state.holds is not None:
+        return any(
+            now > h.expected_until if h.expected_until is not None else age > max_pause
+            for h in state.active_holds(now)
+        )
     if state.expected_until is not None:
         return now > state.expected_until
     return age > max_pause

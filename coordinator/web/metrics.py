@@ -50,6 +50,7 @@ from coordinator.fleet.snapshots import Snapshots
 from coordinator.fleet.summary import FleetSummary
 from coordinator.notify.alerts import Alerts
 from coordinator.notify.consumer import Notifier
+from coordinator.notify.windows import WindowAudit
 from coordinator.render import REPLICA_STATES, is_overdue, pause_age_s
 from coordinator.settings import CoordinatorSettings
 from replica.contract import FleetState, format_time, now_utc
@@ -165,13 +166,16 @@ class _NotifierCollector:
 
 
 class OverdueWatcher:
-    """Logs overdue pauses and restores a state hash Redis lost, until stopped."""
+    """Logs overdue pauses, restores a state hash Redis lost and audits the start and end of
+    each maintenance window (``coordinator.notify.windows``), until stopped."""
 
     def __init__(
         self, fleet: Fleet, settings: CoordinatorSettings, alerts: Alerts | None = None
     ) -> None:
         self.fleet = fleet
         self.alerts = alerts
+        self.windows = WindowAudit(fleet.redis, fleet.name)
+        """Writes each maintenance window's start and end into the audit trail, once."""
         self._alerted_version: int | None = None
         self.max_pause = settings.max_pause
         self.log_interval = settings.overdue_log_interval
@@ -226,9 +230,20 @@ class OverdueWatcher:
             log.info("fleet %s: the watcher reaches Redis again", self.fleet.name)
         now = now_utc()
         self.observe(state, now)
+        await self._windows(state, now)
         if self.alerts is not None and self._alerted_version != state.version and \
                 is_overdue(state, now, self.max_pause):
             await self._alert(self.alerts, state, now)
+
+    async def _windows(self, state: FleetState, now: datetime) -> None:
+        """Audit the window edges that have passed (tried again at the next check)."""
+        try:
+            await self.windows.check(state, now)
+        except asyncio.CancelledError:
+            raise
+        except (RedisError, OSError) as exc:
+            log.warning("fleet %s: a window's start or end could not be audited: %s",
+                        state.fleet, exc)
 
     async def _alert(self, alerts: Alerts, state: FleetState, now: datetime) -> None:
         """Raise the overdue alert of this version (once per fleet: see ``Alerts``)."""
