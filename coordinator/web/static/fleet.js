@@ -134,7 +134,7 @@ window.FG.fleet = (function () {
   function askPage(move) {
     if (!move()) return;
     pageAsked = true;
-    R.showPager();
+    R.loading();
     poll.kick();
   }
 

@@ -27,10 +27,10 @@ window.FG.holds = (function () {
 
   // The holds, as text for the overview: "db, payments (scheduled)".
   function summaryText(holds, nowIso) {
-    return entries(holds).map(([name, h]) => {
-      const status = statusOf(h, nowIso);
-      return status === "active" ? name : name + " (" + status + ")";
-    }).join(", ");
+    return entries(holds).map(([name, h]) => [name, statusOf(h, nowIso)])
+      .filter(([, status]) => status !== "ended")
+      .map(([name, status]) => (status === "active" ? name : name + " (" + status + ")"))
+      .join(", ");
   }
 
   function until(h) {

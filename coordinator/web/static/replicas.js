@@ -163,5 +163,13 @@ window.FG.replicas = (function () {
     return true;
   }
 
-  return { renderAttention, renderPage, pageQuery, first, forward, back, showPager, stateOf };
+  // A page was asked for: say so until it comes (the rows shown are still the page before).
+  function loading() {
+    $("page-info").textContent = "loading page " + (pager.index + 1) + "…";
+    $("page-first").disabled = true;
+    $("page-prev").disabled = true;
+    $("page-next").disabled = true;
+  }
+
+  return { renderAttention, renderPage, pageQuery, first, forward, back, showPager, loading, stateOf };
 })();
