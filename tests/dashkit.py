@@ -87,16 +87,24 @@ class Server:
 
 
 class ApiRequests:
-    """Every request the page sends to ``/api/``, as (path, query) in order."""
+    """Every request the page sends to ``/api/``, as (path, query) in order, and the size of
+    each answer (its Content-Length)."""
 
     def __init__(self, page: Any) -> None:
         self.seen: list[tuple[str, dict[str, list[str]]]] = []
+        self.sizes: list[tuple[str, int]] = []
         page.on("request", self._on_request)
+        page.on("response", self._on_response)
 
     def _on_request(self, request: Any) -> None:
         url = urlsplit(request.url)
         if url.path.startswith("/api/"):
             self.seen.append((url.path, parse_qs(url.query)))
+
+    def _on_response(self, response: Any) -> None:
+        url = urlsplit(response.url)
+        if url.path.startswith("/api/"):
+            self.sizes.append((response.url, int(response.headers.get("content-length", "-1"))))
 
     def since(self, start: int) -> list[tuple[str, dict[str, list[str]]]]:
         return self.seen[start:]

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -44,6 +46,7 @@ pytestmark = pytest.mark.slow
 T = TypeVar("T")
 
 PAUSED = (3, 5, 8, 13, 17, 19)
+SHOTS = Path(tempfile.gettempdir())
 MARKUP = '<img src=x onerror="window.pwned=1"> <b>cache</b> & "db"'
 
 
@@ -133,7 +136,7 @@ def test_the_overview_lists_twenty_fleets_paused_first_with_one_request_a_poll_a
         markup = page.locator('#fleets tbody tr[data-fleet="fleet-05"] td.reason')
         expect(markup).to_have_text(MARKUP)
         assert page.locator("#fleets img, #fleets b").count() == 0
-        page.screenshot(path="/tmp/fleetgate-dashboard-overview.png", full_page=True)
+        page.screenshot(path=str(SHOTS / "fleetgate-dashboard-overview.png"), full_page=True)
 
         # one poll feeds the page: one GET /api/fleets a tick, never a request per fleet
         start, ticks = len(api.seen), polls(page)
@@ -155,6 +158,33 @@ def test_the_overview_lists_twenty_fleets_paused_first_with_one_request_a_poll_a
         page.click("#all-fleets")
         expect(page.locator("body")).to_have_attribute("data-view", "overview")
         expect(rows).to_have_count(20)
+
+
+def test_a_fleet_never_seen_can_be_paused_from_its_page_and_a_bad_name_asks_nothing(
+    redis_url: str, fleet_name: str, sync_redis: syncredis.Redis
+) -> None:
+    executable = chromium_or_skip()
+    from playwright.sync_api import expect
+
+    with Server(settings(redis_url, "t-default-" + fleet_name[2:])) as server, \
+            dashboard_page(executable) as page:
+        api = ApiRequests(page)
+        page.goto(server.fleet_url("Not%20a%20fleet!"))
+        expect(page.locator("#connection")).to_contain_text("not a fleet name")
+        expect(page.locator("#fleet-name")).to_have_text("Not a fleet!")
+        page.goto(server.fleet_url(fleet_name))
+        page.fill("#token", ADMIN)
+        expect(page.locator("#connection")).to_contain_text(f"no fleet {fleet_name} on this Redis")
+        assert all(path.startswith(f"/api/fleets/{fleet_name}") for path, _ in api.seen)
+        page.fill("#reason", "before the first deploy")
+        page.fill("#hold-name", "launch")
+        page.select_option("#wait", "")
+        page.click("#pause")
+        expect(page.locator("#message")).to_contain_text("Paused by dash-op")
+        expect(page.locator("#connection")).to_have_attribute("data-state", "live")
+        expect(page.locator("#banner-state")).to_have_text("PAUSED")
+        expect(page.locator('#holds tr[data-hold="launch"]')).to_have_attribute("data-status", "active")
+        assert set(holds_of(sync_redis, fleet_name)) == {"launch"}
 
 
 # ---------------------------------------------------------------------------- holds
@@ -193,7 +223,7 @@ def test_resuming_one_of_two_holds_leaves_the_fleet_paused_by_the_other(
         expect(scheduled).to_contain_text("starts " + format_time(starts[0]))
         expect(scheduled.get_by_role("button", name="Cancel scheduled hold maint")).to_be_visible()
         expect(page.locator("#resume-all")).to_be_visible()
-        page.screenshot(path="/tmp/fleetgate-dashboard-holds.png", full_page=True)
+        page.screenshot(path=str(SHOTS / "fleetgate-dashboard-holds.png"), full_page=True)
 
         # the global resume does not release several holds: the 409 is shown, nothing changes
         page.click("#resume")
@@ -283,7 +313,7 @@ def test_a_fleet_of_a_thousand_replicas_shows_the_summary_the_problems_and_every
             expect(rows.first).to_have_attribute("data-replica-id", ids[n * 100])
             met += rows.evaluate_all("rows => rows.map(r => r.dataset.replicaId)")
             if n == 4:
-                page.screenshot(path="/tmp/fleetgate-dashboard-big.png", full_page=True)
+                page.screenshot(path=str(SHOTS / "fleetgate-dashboard-big.png"), full_page=True)
             if n < REPLICAS // 100 - 1:
                 page.click("#page-next")
         expect(page.locator("#page-next")).to_be_disabled()
@@ -300,3 +330,5 @@ def test_a_fleet_of_a_thousand_replicas_shows_the_summary_the_problems_and_every
         pages = [query for path, query in seen if query.get("replicas") == ["all"]]
         assert len(pages) >= REPLICAS // 100
         assert all(query.get("limit") == ["100"] for query in pages)
+        # and no answer carries every record (1,000 of them are some 800 KB as JSON)
+        assert api.sizes and all(0 < size < 200_000 for _, size in api.sizes), max(api.sizes)
