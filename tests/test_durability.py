@@ -245,3 +245,15 @@ async def test_the_api_answers_200_to_a_confirmed_pause_and_202_to_one_not_confi
     assert "not confirmed by a replica" in body["detail"]
     assert body["state"]["paused"] is True and body["state"]["reason"] == "second"
     assert body["wait"]["ok"] is True  # no fleetgate replica to wait for here
+
+
+async def test_the_api_takes_min_replicas_ack_from_the_settings(
+    replicated: Replicated, fleet_name: str
+) -> None:
+    app = create_app(make_settings(replicated.url, fleet_name, min_replicas_ack=0))
+    async with client_for(app) as client:
+        replicated.freeze()
+        response = await client.post("/api/fleet/pause", headers=json_headers(),
+                                     json={"reason": "not waited"})
+    assert response.status_code == 200
+    assert waits(replicated.url) == 0

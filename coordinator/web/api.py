@@ -109,7 +109,10 @@ def create_app(
             settings.redis_url, decode_responses=True, socket_connect_timeout=5, socket_timeout=10
         )
         runtime.redis = redis
-        runtime.fleets = FleetCache(redis, settings.fleet)
+        runtime.fleets = FleetCache(
+            redis, settings.fleet, min_replicas_ack=settings.min_replicas_ack,
+            min_replicas_timeout=settings.min_replicas_timeout,
+        )
         runtime.fleet = runtime.fleets.default
         snapshots = runtime.snapshots = Snapshots(settings.refresh_interval)
         try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from fastapi import Depends, HTTPException, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -44,9 +44,13 @@ MAX_CACHED_FLEETS: Final = 256
 class FleetCache:
     """One ``Fleet`` per name, made on first use, sharing one Redis client (bounded, LRU)."""
 
-    def __init__(self, redis: Redis, default: str, size: int = MAX_CACHED_FLEETS) -> None:
+    def __init__(
+        self, redis: Redis, default: str, size: int = MAX_CACHED_FLEETS, **options: Any
+    ) -> None:
         self.redis = redis
-        self.default = Fleet(redis, default)
+        self.options = options
+        """``Fleet``'s keyword options for every fleet (``min_replicas_ack``...)."""
+        self.default = Fleet(redis, default, **options)
         self.size = size
         self._fleets: OrderedDict[str, Fleet] = OrderedDict()
 
@@ -58,7 +62,7 @@ class FleetCache:
         if fleet is not None:
             self._fleets.move_to_end(name)
             return fleet
-        fleet = self._fleets[name] = Fleet(self.redis, name)
+        fleet = self._fleets[name] = Fleet(self.redis, name, **self.options)
         while len(self._fleets) > self.size:
             self._fleets.popitem(last=False)
         return fleet
