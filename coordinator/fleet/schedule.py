@@ -1,4 +1,5 @@
-"""When a scheduled hold starts: ``parse_at`` reads ``--at`` (the CLI) and ``at`` (the API).
+"""When holds are in force: ``parse_at`` reads ``--at`` (the CLI) and ``at`` (the API), the
+start of a scheduled hold; ``holds_dict``/``state_dict`` show each hold with its ``status``.
 
 ``at`` is an ISO 8601 time (``2026-12-01T02:00Z``, an offset, or no zone for UTC) or a duration
 from now (``2h``, ``90m``, ``1d``: the units of ``coordinator.durations``). It must be in the
@@ -9,10 +10,10 @@ most ``MAX_AHEAD`` (a year) ahead.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from coordinator.durations import InvalidDuration, parse_duration
-from replica.contract import format_time, parse_time
+from replica.contract import FleetState, format_time, parse_time
 from replica.errors import ContractError
 
 MAX_AHEAD: Final = timedelta(days=366)
@@ -49,4 +50,21 @@ def parse_at(value: str, now: datetime, name: str = "--at") -> datetime:
     return at
 
 
-__all__ = ["MAX_AHEAD", "InvalidAt", "parse_at"]
+def holds_dict(state: FleetState, now: datetime) -> dict[str, dict[str, Any]]:
+    """``state.holds`` of every JSON shape: name -> the hold's fields and its ``status`` at
+    ``now`` (``scheduled``, ``active`` or ``ended``). A state of an older release shows its
+    pause as the one hold ``default`` (``FleetState.effective_holds``)."""
+    return {
+        h.name: {**h.to_dict(), "status": h.status(now)}
+        for h in sorted(state.effective_holds(), key=lambda h: h.name)
+    }
+
+
+def state_dict(state: FleetState, now: datetime) -> dict[str, Any]:
+    """``FleetState.to_dict()`` with ``holds`` as ``holds_dict``."""
+    data = state.to_dict()
+    data["holds"] = holds_dict(state, now)
+    return data
+
+
+__all__ = ["MAX_AHEAD", "InvalidAt", "holds_dict", "parse_at", "state_dict"]

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from coordinator.fleet.models import FleetStatus, ReplicaInfo
+from coordinator.fleet.schedule import state_dict
 from replica.contract import CONTROL_CONNECTED, FleetState, format_time, now_utc
 from replica.contract.holds import running_since
 
@@ -279,7 +280,7 @@ class FleetSummary:
         """The summary shape: ``{"fleet", "state", "summary", "attention", "attention_total"}``."""
         return {
             "fleet": self.state.fleet,
-            "state": self.state.to_dict(),
+            "state": state_dict(self.state, self.now),
             "summary": self.counts(),
             "attention": [a.to_dict() for a in self.figures.attention],
             "attention_total": self.figures.attention_total,

@@ -12,29 +12,14 @@ hold ``default``, and ``{}`` when it runs.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from rich.text import Text
 
 from coordinator.durations import format_age
+from coordinator.fleet.schedule import holds_dict, state_dict
 from coordinator.render.text import printable
 from replica.contract import FleetState, format_time
 from replica.contract.holds import ACTIVE, SCHEDULED, Hold
-
-
-def holds_dict(state: FleetState, now: datetime) -> dict[str, dict[str, Any]]:
-    """``state.holds`` of the JSON shapes: name -> the hold's fields and its ``status``."""
-    return {
-        h.name: {**h.to_dict(), "status": h.status(now)}
-        for h in sorted(state.effective_holds(), key=lambda h: h.name)
-    }
-
-
-def state_dict(state: FleetState, now: datetime) -> dict[str, Any]:
-    """``FleetState.to_dict()`` with ``holds`` as ``holds_dict``."""
-    data = state.to_dict()
-    data["holds"] = holds_dict(state, now)
-    return data
 
 
 def names(holds: tuple[Hold, ...]) -> str:
