@@ -1,0 +1,137 @@
+"""What the failover scenarios of issue 12 share (``tests/test_failover_*.py``).
+
+* Replica processes on the chaos handler (``bench.chaos.handler:handle``): each item's start is
+  written to a local file with the fleet version its replica had applied and whether the
+  fleet's pause held its pool, so what started when survives whatever Redis loses.
+* A node's own view, read on that node alone (``Node.client()``, no Sentinel, no cluster
+  routing): the state hash, the audit stream, the replica records. A failover test asks what
+  *this* server holds, not whichever one a client reaches now.
+* A Redis replica kept from receiving a write: ``starve_replicas`` fills the replication link to
+  a frozen replica until the primary itself holds unsent bytes (``omem``) for it. Freezing alone
+  does not lose a write on loopback: the primary's write lands in the frozen process's kernel
+  socket buffer, and the thawed replica reads it (measured: a key written after the freeze was
+  on the promoted node). Bytes still in the primary's own output buffer die with it.
+
+Every wait polls Redis answers or files another process writes, with a bounded deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from redis.exceptions import RedisError
+
+from bench.chaos.handler import HISTORY_ENV
+from bench.chaos.history import Event, read_history
+from replica.contract import Keys
+from tests.procs import base_env
+from tests.topology import Node
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+JUNK_KEY: Final = "failover-test:junk"
+JUNK_CHUNK: Final = 1_000_000
+UNSENT_AT_LEAST: Final = 1_000_000
+"""Bytes the primary must hold unsent for the frozen replica before the write it must lose."""
+T = TypeVar("T")
+
+
+def chaos_env(url: str, fleet: str, history: Path, **settings: Any) -> dict[str, str]:
+    """``base_env`` with the chaos handler writing its history under ``history``."""
+    env = base_env(url, fleet, **settings)
+    env["FLEETGATE_HANDLER"] = "bench.chaos.handler:handle"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env[HISTORY_ENV] = str(history)
+    return env
+
+
+def starts(history: Path) -> list[Event]:
+    """Every ``item-start`` the replicas wrote so far."""
+    return [e for e in read_history(history) if e["ev"] == "item-start"]
+
+
+def ends(history: Path) -> list[Event]:
+    return [e for e in read_history(history) if e["ev"] == "item-end"]
+
+
+async def until(what: str, probe: Callable[[], T | None], timeout: float = 60.0,
+                every: float = 0.1) -> T:
+    """``probe()`` (run in a thread: it may block on Redis) until it returns something other
+    than None; AssertionError naming ``what`` past ``timeout``."""
+    last: BaseException | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                try:
+                    found = await asyncio.to_thread(probe)
+                except (RedisError, OSError) as exc:  # a failover under way
+                    found, last = None, exc
+                if found is not None:
+                    return found
+                await asyncio.sleep(every)
+    except TimeoutError:
+        why = f" (last error: {last!r})" if last is not None else ""
+        raise AssertionError(f"not within {timeout}s: {what}{why}") from None
+
+
+# ---------------------------------------------------------------------------- a node's view
+
+
+def state_on(node: Node, fleet: str) -> dict[str, str]:
+    with node.client() as c:
+        state: dict[str, str] = c.hgetall(Keys(fleet).state)
+    return state
+
+
+def audit_on(node: Node, fleet: str) -> list[dict[str, str]]:
+    with node.client() as c:
+        entries = c.xrange(Keys(fleet).audit)
+    return [fields for _, fields in entries]
+
+
+def records_on(node: Node, fleet: str, ids: Sequence[str]) -> dict[str, dict[str, str]]:
+    keys = Keys(fleet)
+    with node.client() as c:
+        pipe = c.pipeline(transaction=False)
+        for i in ids:
+            pipe.hgetall(keys.replica(i))
+        found = pipe.execute()
+    return dict(zip(ids, found, strict=True))
+
+
+def all_applied(node: Node, fleet: str, ids: Sequence[str], version: int) -> bool | None:
+    """True once every record on ``node`` says it applied ``version`` and the fleet holds it."""
+    records = records_on(node, fleet, ids)
+    ok = all(r.get("applied_version") == str(version) and r.get("fleet_held") == "1"
+             for r in records.values())
+    return True if ok else None
+
+
+# ---------------------------------------------------------------------------- a lost write
+
+
+def unsent(primary: Node) -> int:
+    """Bytes the primary holds in its output buffers for its replicas (``omem``)."""
+    with primary.client() as c:
+        return sum(int(r.get("omem", 0)) for r in c.client_list(_type="replica"))
+
+
+def starve_replicas(primary: Node, at_least: int = UNSENT_AT_LEAST, limit: int = 64) -> int:
+    """Append junk on ``primary`` (a key no fleet reads) until it holds ``at_least`` bytes
+    unsent for its (frozen) replicas: the kernel's socket buffers are full, so every write
+    from now on stays in the primary's memory. Returns the bytes unsent."""
+    with primary.client() as c:
+        for _ in range(limit):
+            c.append(JUNK_KEY, "x" * JUNK_CHUNK)
+            held = unsent(primary)
+            if held >= at_least:
+                return held
+    raise AssertionError(f"{primary} sent {limit} MB to a frozen replica without holding "
+                         f"{at_least} bytes back")
+
+
+__all__ = ["all_applied", "audit_on", "chaos_env", "ends", "records_on", "starts",
+           "starve_replicas", "state_on", "unsent", "until"]
