@@ -66,17 +66,31 @@ window.FG.replicas = (function () {
     return { list: list.slice(0, ATTENTION_FALLBACK), total: list.length };
   }
 
+  // A slow acknowledgement alone is listed (the slowest few) but is no problem: not counted.
+  const SLOW = "slow acknowledgement";
+  const problem = (r) => (r.why || []).some((w) => w !== SLOW);
+
   function renderAttention(body) {
     const { list, total } = attentionOf(body);
-    const rows = list.map((r) => row(r, body.state, body.summary.now, r.why || []));
+    const rows = list.map((r) => {
+      const tr = row(r, body.state, body.summary.now, r.why || []);
+      if (!problem(r)) tr.querySelector("td.why").classList.add("info");
+      return tr;
+    });
     document.querySelector("#attention tbody").replaceChildren(...rows);
     $("attention").hidden = rows.length === 0;
     const panel = $("attention-panel");
     panel.dataset.count = String(total);
-    $("attention-summary").textContent = total === 0
-      ? (body.summary.replicas ? "Every replica is where it should be." : "No replica has reported yet.")
-      : total + (total === 1 ? " replica needs" : " replicas need") + " attention" +
-        (total > rows.length ? " (the " + rows.length + " most urgent shown)" : "") + ".";
+    const problems = list.filter(problem).length;
+    let text;
+    if (total === 0) {
+      text = body.summary.replicas ? "Every replica is where it should be." : "No replica has reported yet.";
+      if (rows.length) text += " The slowest acknowledgements of v" + body.state.version + ":";
+    } else {
+      text = total + (total === 1 ? " replica needs" : " replicas need") + " attention" +
+        (total > problems ? " (the " + problems + " most urgent shown)" : "") + ".";
+    }
+    $("attention-summary").textContent = text;
   }
 
   // ---------------------------------------------------------------- the paged table
