@@ -1431,3 +1431,29 @@ async def test_the_notifier_reads_the_audit_trail_as_the_coordinator_with_nothin
     finally:
         await client.aclose()
     assert _acl_log(admin) == []
+
+
+async def test_the_watcher_audits_a_windows_edges_as_the_coordinator_with_nothing_refused(
+    server: Server, admin: redis.Redis, fleet_of_coordinator: Fleet
+) -> None:
+    """``fleetgate serve``'s watcher writes window_started/window_ended (HGET, HSET on the
+    alerted hash and XADD on the audit stream, in one script) under the coordinator's rules."""
+    from datetime import timedelta
+
+    from coordinator.notify.windows import WindowAudit
+    from replica.contract import now_utc
+
+    fleet = fleet_of_coordinator
+    admin.acl_log_reset()
+    client = server.async_client("coordinator")
+    try:
+        state = await fleet.pause("acl window", by="tester", hold="w",
+                                  starts_at=now_utc() + timedelta(hours=1), auto_resume_after=60)
+        later = now_utc() + timedelta(hours=2)  # as the watcher would see it once both passed
+        assert await WindowAudit(client, fleet.name).check(state, later) == 2
+        assert await WindowAudit(client, fleet.name).check(state, later) == 0
+        actions = [event.action for event in await fleet.history()]
+        assert actions == ["window_ended", "window_started", "hold_scheduled"]
+    finally:
+        await client.aclose()
+    assert _acl_log(admin) == []
