@@ -6,8 +6,10 @@ Routes::
     GET  /healthz              liveness: {"ok": true, "fleet": ..., "redis": "up"|"down"}
     GET  /api/fleet            view   the status shape (see coordinator.render)
     GET  /api/fleet/history    view   {"fleet": ..., "events": [...]}, newest first
-    POST /api/fleet/pause      admin  {"reason", "for_seconds"?, "auto_resume"?, "wait"?, "timeout"?}
-    POST /api/fleet/resume     admin  {"reason"?, "stagger_seconds"?, "wait"?, "timeout"?}
+    POST /api/fleet/pause      admin  {"reason", "hold"?, "at"?, "for"?|"for_seconds"?,
+                                       "auto_resume"?, "wait"?, "timeout"?}
+    POST /api/fleet/resume     admin  {"reason"?, "hold"?|"all"?, "stagger_seconds"?, "wait"?,
+                                       "timeout"?}
     GET  /api/fleets           view   every fleet, one row each; and /api/fleets/{name}[/...]
                                       as the four above for any fleet (coordinator.web.fleets)
     GET  /metrics              Prometheus text (public unless FLEETGATE_METRICS_AUTH)
@@ -15,11 +17,13 @@ Routes::
 
 ``HEAD`` of a GET route answers as its GET without the body.
 
-Writes answer 200 with ``{"fleet", "state", "wait"}``; with ``wait`` the request blocks until
+Writes answer 200 with ``{"fleet", "state", "wait", "change"}``; with ``wait`` the request blocks until
 every live replica got there or its time ran out and answers 202 when some did not.
 ``timeout`` bounds the whole write (the wait in it is capped at ``FLEETGATE_MAX_WAIT``; see
 ``coordinator.web.changes``). Missing or wrong token: 401; a view token on a write, or a token
-used on a fleet it is not given: 403; a fleet never seen: 404; a body
+used on a fleet it is not given: 403; a fleet never seen, or a resume of a hold the fleet does
+not have: 404; an ambiguous resume (several holds, none named) or a hold past the limit: 409
+(``{"detail", "kind", "holds"}``, nothing changed); a body
 over ``FLEETGATE_MAX_BODY``: 413, before anything reads it; bad input: 422 with a JSON detail
 that echoes no more than a short excerpt (``coordinator.web.errors``); Redis unreachable: 503;
 a change sent with no answer (its outcome unknown): 504. The audit trail records the token's
