@@ -290,6 +290,26 @@ async def test_a_scheduled_hold_starts_and_ends_on_the_replicas_clock_with_no_ch
                    for c in replicas.controllers)
 
 
+async def test_the_end_of_a_window_is_spread_over_its_resume_stagger(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    async with Replicas(redis_url, fleet_name, 3, poll_interval=0.5) as replicas:
+        seen = {r.id: Transitions(r.pool) for r in replicas}
+        state = await fleet.pause("reindex", by="dba", hold="reindex",
+                                  starts_at=now_utc() + timedelta(seconds=1),
+                                  auto_resume_after=timedelta(seconds=1),
+                                  resume_stagger=timedelta(seconds=1.5))
+        assert state.holds is not None and state.holds[0].auto_resume_at is not None
+        end = state.holds[0].auto_resume_at
+        await asyncio.wait_for(asyncio.gather(*(p.wait_for(True) for p in replicas.pools)), 15)
+        await asyncio.wait_for(asyncio.gather(*(p.wait_for(False) for p in replicas.pools)), 15)
+        resumed = {rid: s.first("resumed")[0] for rid, s in seen.items()}
+        assert sorted(resumed, key=resumed.__getitem__) == ["pod-0", "pod-1", "pod-2"]
+        # offsets 0, 0.5 and 1 s after the end (i * 1.5 / 3), each on its own clock
+        assert resumed["pod-0"] >= end and resumed["pod-2"] >= end + timedelta(seconds=0.9)
+
+
 async def test_a_replica_started_in_the_middle_of_a_window_is_held_from_its_first_read(
     redis_url: str, redis: aioredis.Redis, fleet_name: str
 ) -> None:
