@@ -129,6 +129,7 @@ def test_the_overview_lists_twenty_fleets_paused_first_with_one_request_a_poll_a
         assert [name for name, _ in order[6:]] == sorted(set(twenty_fleets) - set(paused))
         assert all(state == "running" for _, state in order[6:])
         expect(page.locator("#fleets-summary")).to_contain_text("20 fleets: 6 paused (1 overdue), 14 running")
+        expect(page.locator("#default-fleet a")).to_have_attribute("href", "?fleet=fleet-00")
         row = page.locator('#fleets tbody tr[data-fleet="fleet-03"]')
         expect(row.locator("td.holds")).to_have_text("default")
         expect(row.locator("td.reason")).to_have_text("drill 3")

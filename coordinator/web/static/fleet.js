@@ -240,7 +240,7 @@ window.FG.fleet = (function () {
         say("That token is not valid.", "error");
       } else if (response.status === 403) {
         say(FG.token() ? "That token may not do this: " + FG.detailText(body, 403) : "Enter the admin token first.", "error");
-      } else if (response.status === 409) {
+      } else if (response.status === 409 && what === "resume") {
         // several holds and no name: nothing changed; say so and offer the explicit choices
         say(FG.detailText(body, 409) + " Nothing changed: resume one hold above, or all of them with “Resume all holds”.", "error");
         $("resume-all-box").hidden = false;

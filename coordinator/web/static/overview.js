@@ -79,7 +79,22 @@ window.FG.overview = (function () {
     fresh("fleets-panel");
   }
 
+  // The coordinator's default fleet (FLEETGATE_FLEET), from /healthz once: listed or not yet,
+  // its page is a click away.
+  async function showDefault() {
+    try {
+      const { response, body } = await FG.getJson("healthz");
+      if (!response.ok || !body || typeof body.fleet !== "string" || !FG.FLEET_NAME_RE.test(body.fleet)) return;
+      const p = $("default-fleet");
+      p.replaceChildren(document.createTextNode("This coordinator's default fleet: "), fleetLink(body.fleet));
+      p.hidden = false;
+    } catch (e) {
+      // the poll says what is wrong
+    }
+  }
+
   function start() {
+    showDefault();
     FG.poller(step).start();
   }
 
