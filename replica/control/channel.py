@@ -8,6 +8,10 @@ is reported (``on_subscribed``): what was published meanwhile is lost, so the ca
 state again. There is no timer per message: the caller's loop calls ``check()`` (at
 ``next_check()``), which pings a subscription idle for ``ping_interval`` and aborts one whose
 ping went unanswered as long (a half-open connection), so that ``run()`` reconnects.
+``wake()`` cuts a reconnect backoff short: the caller reached Redis again (after a failover,
+the new primary answers), so the subscription is tried at once rather than at the end of a
+backoff grown during the outage (up to ``reconnect_cap``). A refused subscription (an ACL)
+keeps its backoff.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class ControlChannel:
         self._backoff = Backoff(cap=reconnect_cap)
         self._refused = Backoff(base=5.0, cap=max(60.0, reconnect_cap))
         self._sub: Subscription | None = None
+        self._wake = asyncio.Event()
+        self._wakeable = False
         self._activity = 0.0
         self._ping_sent: float | None = None
         self.subscribed = False
@@ -95,7 +101,15 @@ class ControlChannel:
                 self.subscribed = False
                 self._sub = None
                 await sub.close()
-            await asyncio.sleep(delay if delay is not None else self._backoff.next())
+            self._wake.clear()
+            self._wakeable = delay is None  # not after a refusal
+            try:
+                async with asyncio.timeout(delay if delay is not None else self._backoff.next()):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            finally:
+                self._wakeable = False
 
     def _on_reply(self, reply: Any) -> None:
         """A reply, straight from the transport. What it raises ends the subscription."""
@@ -119,6 +133,11 @@ class ControlChannel:
                 log.info("%s: control channel resubscribed (%d reconnects): re-reading the "
                          "state", self._label, self.reconnects)
             self._on_subscribed(again)
+
+    def wake(self) -> None:
+        """Redis answers again: end a reconnect backoff now (not one after a refusal)."""
+        if self._wakeable:
+            self._wake.set()
 
     def next_check(self) -> float | None:
         """When ``check()`` has something to do (monotonic time), or None."""

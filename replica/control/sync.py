@@ -225,6 +225,7 @@ class SyncLoop:
                 next_heartbeat = max(next_heartbeat, retry_at)
                 continue
             backoff.reset()
+            self._channel.wake()  # Redis answers: a subscription waiting out a backoff retries
             if heartbeat:
                 link_generation = self._link.generation
             now = time.monotonic()
