@@ -133,7 +133,9 @@ def resume(
     fleet: multi.FleetsOption = None,
     all_fleets: multi.AllFleetsOption = False,
     yes: multi.YesOption = False,
-    hold: HoldOption = None,
+    hold: Annotated[str | None, typer.Option(
+        "--hold", help="The hold to release (a scheduled one: cancelled); default: the only one.",
+    )] = None,
     all_holds: Annotated[bool, typer.Option("--all", help="Release every hold.")] = False,
 ) -> None:
     """Resume the fleet: release the hold --hold (a scheduled one is cancelled), the only hold
