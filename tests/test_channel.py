@@ -153,3 +153,24 @@ async def test_an_idle_subscription_is_pinged_and_one_that_stops_answering_is_re
             assert all(c.applied_version == state.version for c in controllers)
     finally:
         await admin.aclose()
+
+
+async def test_a_wake_ends_a_long_reconnect_backoff_once_redis_answers_again(
+    private_redis: LocalRedis, fleet_name: str
+) -> None:
+    admin = aioredis.Redis.from_url(private_redis.url)
+    follower = Follower(admin, f"{fleet_name}:control", reconnect_cap=600.0)
+    try:
+        async with follower.running() as channel:
+            await until(lambda: channel.subscribed, timeout=5)
+            private_redis.kill()
+            await until(lambda: len(follower.lost) == 1, timeout=10)
+            channel._backoff.base = 300.0  # an outage long enough to grow it: minutes apart
+            await until(lambda: len(follower.lost) == 2, timeout=10)
+            private_redis.start()
+            channel.wake()  # what the sync loop does after a round trip that got through
+            await until(lambda: channel.subscribed and channel.generation == 2, timeout=10)
+            await admin.publish(f"{fleet_name}:control", "back")
+            await until(lambda: follower.messages == [b"back"], timeout=5)
+    finally:
+        await admin.aclose()

@@ -62,7 +62,6 @@ class ControlChannel:
         self._refused = Backoff(base=5.0, cap=max(60.0, reconnect_cap))
         self._sub: Subscription | None = None
         self._wake = asyncio.Event()
-        self._wakeable = False
         self._activity = 0.0
         self._ping_sent: float | None = None
         self.subscribed = False
@@ -76,6 +75,7 @@ class ControlChannel:
         sub = Subscription(self._redis, self.channel)
         while True:
             delay: float | None = None
+            self._wake.clear()  # a wake() from here on shortens the backoff after this try
             try:
                 await sub.open(self._on_reply)
                 self._sub = sub
@@ -101,15 +101,14 @@ class ControlChannel:
                 self.subscribed = False
                 self._sub = None
                 await sub.close()
-            self._wake.clear()
-            self._wakeable = delay is None  # not after a refusal
+            if delay is not None:  # refused (an ACL): no hurry, whatever answers meanwhile
+                await asyncio.sleep(delay)
+                continue
             try:
-                async with asyncio.timeout(delay if delay is not None else self._backoff.next()):
+                async with asyncio.timeout(self._backoff.next()):
                     await self._wake.wait()
             except TimeoutError:
                 pass
-            finally:
-                self._wakeable = False
 
     def _on_reply(self, reply: Any) -> None:
         """A reply, straight from the transport. What it raises ends the subscription."""
@@ -136,7 +135,7 @@ class ControlChannel:
 
     def wake(self) -> None:
         """Redis answers again: end a reconnect backoff now (not one after a refusal)."""
-        if self._wakeable:
+        if not self.subscribed:
             self._wake.set()
 
     def next_check(self) -> float | None:
