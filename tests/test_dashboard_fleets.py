@@ -160,6 +160,11 @@ def test_the_overview_lists_twenty_fleets_paused_first_with_one_request_a_poll_a
         expect(page.locator("body")).to_have_attribute("data-view", "overview")
         expect(rows).to_have_count(20)
 
+        server.__exit__(None, None, None)  # the coordinator goes away: the rows stay, greyed out
+        expect(page.locator("#fleets-panel")).to_have_attribute("data-stale", "true")
+        expect(page.locator("#fleets-panel .stale-note")).to_contain_text("(coordinator unreachable)")
+        expect(rows).to_have_count(20)
+
 
 def test_a_fleet_never_seen_can_be_paused_from_its_page_and_a_bad_name_asks_nothing(
     redis_url: str, fleet_name: str, sync_redis: syncredis.Redis

@@ -158,7 +158,7 @@ window.FG = (function () {
   // of replicas asked for, an action done) instead of adding a request beside the poll; so
   // does a step that returns true (catching up after a failure). The ticks are counted on
   // <body data-polls> so a test can hold requests to ticks.
-  function poller(step) {
+  function poller(step, unreachable) {
     let timer = null;
     let running = false;
     let again = false;
@@ -172,8 +172,9 @@ window.FG = (function () {
       let soon = false;
       try {
         soon = (await step()) === true;
-      } catch (e) {
+      } catch (e) { // no answer at all (the fetch itself failed)
         setConnection("error", "coordinator unreachable");
+        if (unreachable) unreachable("coordinator unreachable");
       } finally {
         running = false;
       }

@@ -319,7 +319,7 @@ window.FG.fleet = (function () {
     $("page-next").addEventListener("click", () => askPage(R.forward));
     $("page-size").addEventListener("change", () => askPage(() => { R.first(); return true; }));
     R.showPager();
-    poll = FG.poller(step);
+    poll = FG.poller(step, (why) => { staleAll(why); historyDue = true; });
     poll.start();
   }
 

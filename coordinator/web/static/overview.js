@@ -95,7 +95,7 @@ window.FG.overview = (function () {
 
   function start() {
     showDefault();
-    FG.poller(step).start();
+    FG.poller(step, (why) => stale("fleets-panel", why)).start();
   }
 
   return { start, staleAll: (why) => stale("fleets-panel", why) };
