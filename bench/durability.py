@@ -37,15 +37,12 @@ SETTLE_S = 0.05
 
 
 async def _in_sync(primary: aioredis.Redis, timeout: float = 20.0) -> None:
-    """Return once the replica is online and has the primary's offset."""
+    """Return once the replica confirms a write (``WAIT 1``; see tests/replication.py)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        info = await primary.info("replication")
-        slave = info.get("slave0")
-        if (isinstance(slave, dict) and slave.get("state") == "online"
-                and int(slave["offset"]) == int(info["master_repl_offset"])):
+        await primary.incr("bench:durability:sync")
+        if int(await primary.execute_command("WAIT", 1, 100)) >= 1:  # type: ignore[no-untyped-call]
             return
-        await asyncio.sleep(0.05)
     raise TimeoutError("the replica did not get in sync")
 
 
@@ -121,7 +118,7 @@ async def _waits(admin: aioredis.Redis) -> int:
 
 
 def run() -> list[dict[str, Any]]:
-    with LocalRedis() as primary:
+    with LocalRedis(extra_args=["--repl-diskless-sync-delay", "0"]) as primary:
         replica = LocalRedis(extra_args=["--replicaof", primary.host, str(primary.port)])
         with replica:
             return asyncio.run(_bench(primary.url))
