@@ -139,7 +139,8 @@ async def test_a_hold_that_ended_by_itself_is_dropped_at_the_next_change(
     # move the end into the past, as time would (the script trusts holds at holds_version)
     raw = json.loads(await redis.hget(keys.state, S_HOLDS))
     raw["short"]["auto_resume_at"] = format_time(now_utc() - timedelta(seconds=1))
-    await redis.hset(keys.state, S_HOLDS, json.dumps(raw))
+    await redis.hset(keys.state, mapping={
+        S_HOLDS: json.dumps(raw), "changed_at": format_time(now_utc() - timedelta(seconds=2))})
     assert not (await fleet.state()).effectively_paused()
     state = await fleet.pause("next", by="x", hold="next")
     assert [h.name for h in state.holds or ()] == ["next"]
@@ -163,6 +164,24 @@ async def test_a_pause_written_by_an_older_release_reads_as_the_default_hold(
     # holds written by an older writer (holds_version behind version) are not trusted
     await redis.hset(keys.state, mapping={"paused": "0", "version": "9"})
     assert (await fleet.state()).holds is None
+    assert not (await fleet.state()).effectively_paused()
+
+
+async def test_paused_edited_by_hand_at_the_same_version_rules_over_the_holds(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    keys = Keys(fleet_name)
+    fleet = Fleet(redis, fleet_name)
+    await fleet.pause("pg 16 upgrade", by="dba", hold="db")
+    running = await fleet.resume(by="dba", hold="db")
+    assert running.holds == ()
+    await redis.hset(keys.state, mapping={"paused": "1", "reason": "by hand"})
+    read = await fleet.state()
+    assert read.holds is None and read.effectively_paused() and read.reason == "by hand"
+    # the next change reads the hand-made pause as the hold "default"
+    state = await fleet.pause("incident", by="oncall", hold="payments")
+    assert [h.name for h in state.holds or ()] == [DEFAULT_HOLD, "payments"]
+    await redis.hset(keys.state, "paused", "0")  # and a hand-made resume rules as well
     assert not (await fleet.state()).effectively_paused()
 
 

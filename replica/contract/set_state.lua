@@ -18,7 +18,8 @@
 -- The fleet is paused while any hold is active: started (no starts_at, or starts_at <= now)
 -- and not ended (no auto_resume_at, or now < auto_resume_at). Ended holds are dropped. The
 -- hash's `holds` (JSON object keyed by name) is trusted only when `holds_version` equals
--- `version`; otherwise (an older release, a hand edit) a pause in force reads as hold "default".
+-- `version` and `paused` agrees with them at `changed_at`; otherwise (an older release, a hand
+-- edit) a pause in force reads as hold "default".
 -- `paused`, `reason` (the active holds' reasons), `by` (who made this change), `since` (when
 -- the fleet entered its condition), `expected_until` and `auto_resume_at` (the latest of the
 -- active holds', when each has one) describe the fleet as a whole, for readers of `paused` only.
@@ -75,7 +76,22 @@ local function active(hold) return started(hold) and not ended(hold) end
 local holds = nil
 if h['holds'] and h['holds_version'] == tostring(version) then
   local ok, decoded = pcall(cjson.decode, h['holds'])
-  if ok and type(decoded) == 'table' then holds = decoded end
+  if ok and type(decoded) == 'table' then
+    holds = decoded
+    -- `paused` edited by hand (no version bump) disagrees with the holds as they stood when
+    -- the hash was written: the hand edit rules, as before holds
+    local at = h['changed_at'] or ''
+    if at ~= '' then
+      local any = false
+      for _, hold in pairs(decoded) do
+        if type(hold) == 'table' and (s(hold.starts_at) == '' or s(hold.starts_at) <= at)
+            and not (s(hold.auto_resume_at) ~= '' and s(hold.auto_resume_at) <= at) then
+          any = true
+        end
+      end
+      if any ~= (truthy[string.lower(h['paused'] or '0')] == true) then holds = nil end
+    end
+  end
 end
 if holds == nil then
   holds = {}

@@ -214,8 +214,13 @@ class FleetState:
                 raise ContractError(f"version is {version}")
             stagger = _stagger(float(h.get(S_RESUME_STAGGER_S, "").strip() or "0"))
             holds: Holds | None = None
+            changed_at = parse_time(h.get(S_CHANGED_AT))
             if S_HOLDS in h and h.get(S_HOLDS_VERSION, "").strip() == str(version):
                 holds = holds_from_json(h[S_HOLDS])
+                # `paused` edited by hand (no version bump) disagrees with the holds as they
+                # stood when the hash was written: the hand edit rules, as before holds
+                if changed_at is not None and any(x.active(changed_at) for x in holds) != paused:
+                    holds = None
             return cls(
                 fleet=fleet,
                 paused=paused,
@@ -226,7 +231,7 @@ class FleetState:
                 expected_until=parse_time(h.get(S_EXPECTED_UNTIL)),
                 auto_resume_at=parse_time(h.get(S_AUTO_RESUME_AT)),
                 resume_stagger_s=stagger,
-                changed_at=parse_time(h.get(S_CHANGED_AT)),
+                changed_at=changed_at,
                 holds=holds,
             )
         except (ContractError, ValueError) as exc:
