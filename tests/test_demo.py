@@ -39,6 +39,10 @@ def test_the_demo_pauses_a_real_fleet_mid_run_and_loses_nothing(
     out = done.stdout
     assert done.returncode == 0, out[-2000:] + done.stderr[-2000:]
     assert "items started during the hold   0" in out
+    assert "fleet paused by holds db, payments" in out
+    assert "released hold db: fleet still paused by payments" in out
+    assert "held after one hold released    yes" in out
+    assert "released hold payments: fleet running" in out
     assert "completed                       600/600" in out
     assert "lost                            0" in out
     assert "all checks held" in out

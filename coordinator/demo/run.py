@@ -2,10 +2,13 @@
 
 Three ``fleetgate-replica`` processes (the demo handler, 50 ms items, 4 workers each) and the
 coordinator API share one Redis (``FLEETGATE_REDIS_URL``, else a private server on a free port).
-The demo enqueues 600 items, pauses the fleet mid-run and waits until every replica is quiet,
-holds 0.5 s while checking that no item starts, resumes, waits for the rest, and prints what it
-measured. Exit status 0 when every check held, 1 otherwise. Every process it started, Redis
-included, is stopped when it ends, whatever happens (the processes: ``coordinator.demo.processes``).
+The demo enqueues 600 items, pauses the fleet mid-run with the hold ``db`` and waits until every
+replica is quiet, adds a second, overlapping hold ``payments`` (another team), holds 0.5 s while
+checking that no item starts, releases ``db`` and checks that the fleet stays paused (every
+replica still held by ``payments``, still no item starting), releases ``payments``, waits for
+the rest, and prints what it measured. Exit status 0 when every check held, 1 otherwise. Every
+process it started, Redis included, is stopped when it ends, whatever happens (the processes:
+``coordinator.demo.processes``).
 
 SIGINT (Ctrl-C) or SIGTERM ends it within a second, even when Redis hangs: the demo SIGTERMs
 every process at once, gives them ``STOP_GRACE_S`` to stop, SIGKILLs what is left, and exits
@@ -42,7 +45,7 @@ from coordinator.demo.processes import (
     DemoProcesses,
 )
 from coordinator.fleet.fleet import Fleet
-from replica.contract import Keys, parse_time
+from replica.contract import FleetState, Keys, parse_time
 from replica.control.connect import connect
 from replica.service.shutdown import Interrupted, Shutdown, conventional_status
 
@@ -59,6 +62,8 @@ class DemoResult:
     pause_to_quiet_ms: float = float("nan")
     resume_fanout_ms: float = float("nan")
     started_during_hold: int = -1
+    held_after_first_release: bool = False
+    """After ``db`` was released, the fleet read paused and every replica was still held."""
     completed: int = 0
     lost: int = -1
     duplicated: int = -1
@@ -70,6 +75,7 @@ class DemoResult:
     def ok(self) -> bool:
         return (
             self.started_during_hold == 0
+            and self.held_after_first_release
             and self.lost == 0
             and self.completed == self.items
             and not self.stragglers
@@ -170,9 +176,9 @@ class Demo(DemoProcesses):
                 await read_log()
                 refresh()
 
-            # -- pause mid-run, wait until every replica is quiet
+            # -- pause mid-run (hold db), wait until every replica is quiet
             t0 = time.monotonic()
-            state = await fleet.pause("demo: maintenance window", by="demo")
+            state = await fleet.pause("demo: database maintenance", by="demo-dba", hold="db")
             report = await fleet.wait(state.version, timeout=20.0)
             t_quiet = time.monotonic()
             result.stragglers += [r.id for r in report.stragglers]
@@ -186,8 +192,31 @@ class Demo(DemoProcesses):
                 r.id: _epoch_ms(r.applied_at) for r in await fleet.replicas() if r.applied_at
             }
 
+            # -- a second team pauses too (hold payments): the holds overlap
+            state = await fleet.pause("demo: payments incident", by="demo-oncall",
+                                      hold="payments")
+            second = await fleet.wait(state.version, timeout=20.0)
+            result.stragglers += [r.id for r in second.stragglers]
+            self.console.print(f"fleet paused by holds {_holds(state)}")
+
             # -- hold: nothing may start
             await read_log(block_ms=0)
+            await asyncio.sleep(HOLD_SECONDS)
+
+            # -- the first team is done: release db; payments still holds every replica
+            state = await fleet.resume(by="demo-dba", hold="db")
+            released = await fleet.wait(state.version, timeout=20.0)
+            result.stragglers += [r.id for r in released.stragglers]
+            records = await fleet.replicas()
+            result.held_after_first_release = (
+                state.effectively_paused() and released.ok
+                and len(records) >= self.n_replicas and all(r.fleet_held for r in records)
+            )
+            self.console.print(
+                f"released hold db: fleet still {'paused' if state.paused else 'RUNNING'} by "
+                f"{_holds(state) or 'nothing'} (v{state.version}, "
+                f"{sum(1 for r in records if r.fleet_held)}/{len(records)} replicas held)"
+            )
             await asyncio.sleep(HOLD_SECONDS)
             resume_wall_ms = time.time() * 1000
             await read_log(block_ms=0)
@@ -200,9 +229,11 @@ class Demo(DemoProcesses):
                 if applied_ms.get(rid, float("inf")) < at < resume_wall_ms
             )
 
-            # -- resume and finish
+            # -- release the last hold (payments): the fleet resumes; finish
             t1 = time.monotonic()
-            state = await fleet.resume(by="demo")
+            state = await fleet.resume(by="demo-oncall", hold="payments")
+            self.console.print(f"released hold payments: fleet "
+                               f"{'paused' if state.paused else 'running'} (v{state.version})")
             resumed = await fleet.wait(state.version, timeout=20.0)
             result.resume_fanout_ms = (time.monotonic() - t1) * 1000
             result.stragglers += [r.id for r in resumed.stragglers]
@@ -228,6 +259,7 @@ class Demo(DemoProcesses):
         c.print(f"  pause to quiet (call to all)    {_fmt(r.pause_to_quiet_ms)} ms")
         c.print(f"  resume fan-out (call to all)    {_fmt(r.resume_fanout_ms)} ms")
         c.print(f"  items started during the hold   {r.started_during_hold}")
+        c.print(f"  held after one hold released    {'yes' if r.held_after_first_release else 'NO'}")
         c.print(f"  completed                       {r.completed}/{r.items}")
         c.print(f"  lost                            {r.lost}")
         c.print(f"  duplicated                      {r.duplicated}")
@@ -241,6 +273,10 @@ class Demo(DemoProcesses):
         self.console.print(f"\ndashboard: {url}  (token: {self.token})  Ctrl-C stops everything")
         self.serving = True
         await asyncio.Event().wait()  # until SIGINT or SIGTERM cancels the demo (see main)
+
+
+def _holds(state: FleetState) -> str:
+    return ", ".join(h.name for h in state.active_holds())
 
 
 def _epoch_ms(value: Any) -> float:
