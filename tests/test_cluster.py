@@ -15,8 +15,10 @@ import httpx
 import pytest
 
 from coordinator.fleet.fleet import Fleet
+from coordinator.web.api import create_app
 from replica.contract import Keys, now_utc
 from replica.control.connect import connect, topology
+from tests.apikit import ADMIN, auth, client_for, json_headers, make_settings
 from tests.hakit import cli, logs, status_json, until_following, until_pools
 from tests.procs import base_env, enqueue, replica_processes, wait_done
 from tests.topology import Cluster, Node, redis_cluster_fixture  # noqa: F401 (the fixture)
@@ -98,3 +100,27 @@ async def test_killing_the_fleets_primary_leaves_subscriptions_polls_scripts_and
                 raise
     finally:
         await redis.aclose()
+
+
+async def test_the_api_pauses_lists_and_measures_fleets_in_several_slots_of_a_cluster(
+    redis_cluster: Cluster,
+) -> None:
+    names = [f"api{i}" for i in range(4)]  # their slots spread over the primaries
+    app = create_app(make_settings(redis_cluster.url, names[0]))
+    async with client_for(app) as api:
+        health = await api.get("/healthz")
+        assert health.status_code == 200 and health.json()["redis"] == "up"
+        for name in names:
+            paused = await api.post(f"/api/fleets/{name}/pause", headers=json_headers(),
+                                    json={"reason": "cluster"})
+            assert paused.status_code == 200, paused.text
+        listed = await api.get("/api/fleets", headers=auth(ADMIN))
+        assert listed.status_code == 200, listed.text
+        assert set(names) <= {f["fleet"] for f in listed.json()["fleets"]}
+        for name in names:
+            state = (await api.get(f"/api/fleets/{name}", headers=auth(ADMIN))).json()["state"]
+            assert state["paused"] is True and state["version"] == 1
+            with redis_cluster.primary_for(Keys(name).state).client() as node:
+                assert node.hget(Keys(name).state, "paused") == "1"
+        metrics = await api.get("/metrics")
+        assert metrics.status_code == 200 and 'fleet="api3"' in metrics.text
