@@ -46,12 +46,14 @@ log = logging.getLogger(__name__)
 
 MAX_HISTORY: Final = 1000
 _PAUSE_ANSWERS: Final[dict[int | str, dict[str, Any]]] = {
-    202: {"description": "paused, but not every replica got quiet in time"},
+    202: {"description": "paused, but not every replica got quiet in time, or no Redis "
+                          "replica confirmed the change in time (confirmed: false)"},
     409: {"description": "the fleet has the most holds it may have: nothing changed"},
     504: {"description": "the outcome is unknown: check the state"},
 }
 _RESUME_ANSWERS: Final[dict[int | str, dict[str, Any]]] = {
-    202: {"description": "resumed, but not every replica was running in time"},
+    202: {"description": "resumed, but not every replica was running in time, or no Redis "
+                          "replica confirmed the change in time (confirmed: false)"},
     404: {"description": "the fleet has no such hold (or was never seen): nothing changed"},
     409: {"description": "several holds and none named: nothing changed"},
     504: {"description": "the outcome is unknown: check the state"},
