@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, ResponseError
 
 from replica.contract import Keys, restore_args
@@ -150,3 +151,32 @@ async def test_a_key_of_another_slot_on_a_fleets_connection_is_the_callers_error
     finally:
         await link.close()
         await client.aclose()
+
+
+async def test_the_urls_credentials_reach_the_sentinels_and_the_master_each_their_own(
+    sentinel_group: SentinelGroup,
+) -> None:
+    with sentinel_group.master().client() as c:
+        c.execute_command("ACL", "SETUSER", "app", "on", ">app-pw", "~*", "&*", "+@all")
+    for node in sentinel_group.sentinels:  # the sentinels want a user of their own now
+        with node.client() as c:
+            c.execute_command("ACL", "SETUSER", "sen", "on", ">s3n-pw", "+@all")
+            c.execute_command("ACL", "SETUSER", "default", "off")
+
+    def url(sentinel_password: str) -> str:
+        return sentinel_group.sentinel_url(
+            user="app", password="app-pw",
+            query=f"sentinel_username=sen&sentinel_password={sentinel_password}",
+        )
+
+    client = connect(url("s3n-pw"), decode_responses=True)
+    try:
+        assert await client.acl_whoami() == "app"
+    finally:
+        await client.aclose()
+    wrong = connect(url("nope"), decode_responses=True, socket_connect_timeout=1)
+    try:
+        with pytest.raises(RedisConnectionError):
+            await wrong.ping()
+    finally:
+        await wrong.aclose()
