@@ -215,7 +215,7 @@ async def overdue(redis: aioredis.Redis, fleet_name: str) -> AsyncIterator[None]
 async def test_the_watcher_logs_a_structured_warning_per_interval_while_overdue(
     overdue: None, fleet: Fleet, fleet_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="coordinator.web.metrics")
+    caplog.set_level(logging.WARNING, logger="coordinator.web.watcher")
     watcher = await OverdueWatcher(fleet, watcher_settings()).start()
     try:
         await until(lambda: _true(watcher.warnings >= 3), timeout=20)
@@ -245,7 +245,7 @@ async def test_the_watcher_rate_limits_to_one_line_per_interval(
 async def test_the_watcher_says_so_once_when_the_pause_is_over(
     overdue: None, fleet: Fleet, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="coordinator.web.metrics")
+    caplog.set_level(logging.INFO, logger="coordinator.web.watcher")
     watcher = OverdueWatcher(fleet, watcher_settings())
     await watcher.check()
     await fleet.resume(by="erin")

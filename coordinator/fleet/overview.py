@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final
+from typing import Final, TypeVar
 
 from redis.asyncio import Redis
 
@@ -31,6 +31,8 @@ FLEET_READS: Final = 8
 """How many fleets an overview reads at once."""
 
 StatusReader = Callable[[Fleet], Awaitable[FleetStatus]]
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,15 +57,29 @@ async def read_statuses(
 ) -> list[FleetStatus]:
     """``read(fleet)`` of each fleet, in order, at most ``concurrency`` at once. The first
     failure is raised and cancels the others."""
-    gate = asyncio.Semaphore(max(1, concurrency))
+    return await read_each(fleets, read, concurrency)
 
-    async def one(fleet: Fleet) -> FleetStatus:
-        async with gate:
-            return await read(fleet)
 
-    async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(one(f), name=f"fleetgate-read-{f.name}") for f in fleets]
-    return [t.result() for t in tasks]
+async def read_each(
+    items: Sequence[_T], call: Callable[[_T], Awaitable[_R]], concurrency: int = FLEET_READS
+) -> list[_R]:
+    """``call(item)`` of each item, results in order, by at most ``concurrency`` tasks (each
+    takes the next item when done with one; none outlives the call). The first failure is
+    raised and cancels the others."""
+    results: dict[int, _R] = {}
+    todo = iter(enumerate(items))
+
+    async def worker() -> None:
+        for i, item in todo:
+            results[i] = await call(item)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(min(max(1, concurrency), len(items))):
+                group.create_task(worker(), name="fleetgate-read")
+    except BaseExceptionGroup as failed:  # the first failure as itself (a RedisError: 503)
+        raise failed.exceptions[0] from None
+    return [results[i] for i in range(len(items))]
 
 
 async def read_overview(
@@ -84,4 +100,5 @@ async def read_overview(
     return Overview(statuses, registry.fleets, len(registry.names) > limit, registry.unreadable)
 
 
-__all__ = ["FLEET_READS", "MAX_LISTED", "Overview", "StatusReader", "read_overview", "read_statuses"]
+__all__ = ["FLEET_READS", "MAX_LISTED", "Overview", "StatusReader", "read_each", "read_overview",
+           "read_statuses"]

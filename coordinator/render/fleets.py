@@ -10,8 +10,10 @@ The shape (``fleets --json``)::
      "truncated": false, "unreadable": 0, "now": "..."}
 
 Paused fleets first (overdue ones before the others), then by name. ``holds`` is the state's
-``holds`` object when the state carries holds; ``reason`` is empty for a running fleet. The
-figures are those of the fleet's ``status`` summary (``coordinator.render.status.summary``).
+``holds`` object when the state carries holds, each hold with its ``status`` (scheduled,
+active or ended) as in ``state.holds`` of ``status --json``; ``reason`` is empty for a running
+fleet. The figures are those of the fleet's ``status`` summary
+(``coordinator.render.status.summary``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from rich.text import Text
 from coordinator.durations import format_age
 from coordinator.fleet.models import FleetStatus
 from coordinator.fleet.overview import Overview
+from coordinator.render.holds import holds_dict
 from coordinator.render.status import summary
 from coordinator.render.text import cell
 from replica.contract import FleetState, format_time
@@ -36,8 +39,8 @@ from replica.contract.holds import ACTIVE, SCHEDULED
 def fleet_row(
     status: FleetStatus, now: datetime, max_pause: float, activity_ms: float | None = None
 ) -> dict[str, Any]:
-    """One fleet: paused or not (and why, by whom, since when, its holds when the state has
-    them), its replicas live, stale and unacknowledged, the pause's age, whether overdue."""
+    """One fleet: paused or not (and why, by whom, since when, its holds, each with its
+    ``status`` at ``now``, when the state has them), its replicas live, stale and unacknowledged, the pause's age, whether overdue."""
     state = status.state
     s = summary(state, status.replicas, now, max_pause, status.unreadable)
     paused = bool(s["effectively_paused"])
@@ -57,9 +60,8 @@ def fleet_row(
         "overdue": s["overdue"],
         "last_activity": None if activity_ms is None else _ms_time(activity_ms),
     }
-    holds = state.to_dict().get("holds")
-    if holds is not None:
-        row["holds"] = holds
+    if state.holds is not None:
+        row["holds"] = holds_dict(state, now)
     return row
 
 

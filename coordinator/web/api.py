@@ -47,7 +47,6 @@ from redis.exceptions import RedisError
 
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.snapshots import Snapshots
-from coordinator.notify.alerts import Alerts
 from coordinator.notify.consumer import Notifier
 from coordinator.notify.settings import NotifySettings
 from coordinator.settings import CoordinatorSettings
@@ -57,8 +56,9 @@ from coordinator.web.bodies import PauseRequest, ResumeRequest
 from coordinator.web.deps import FleetCache, Runtime, fleets_of, runtime_of, snapshots_of, viewer
 from coordinator.web.fleets import install as install_fleet_routes
 from coordinator.web.fleetview import listed_fleets
-from coordinator.web.metrics import CONTENT_TYPE, OverdueWatcher, render_fleets
+from coordinator.web.metrics import CONTENT_TYPE, render_fleets
 from coordinator.web.middleware import BodyLimit, HeadAsGet
+from coordinator.web.watcher import FleetsWatcher
 from replica.control.connect import connect
 from replica.errors import ConfigError
 
@@ -120,14 +120,15 @@ def create_app(
         runtime.fleet = runtime.fleets.default
         snapshots = runtime.snapshots = Snapshots(settings.refresh_interval)
         try:
-            if run_watcher:
-                alerts = None
-                if settings.webhook_urls:  # notifications (coordinator.notify)
+            if run_watcher:  # every fleet of the registry and the default one
+                notify = bool(settings.webhook_urls)
+                if notify:  # notifications (coordinator.notify)
                     runtime.notifier = await Notifier(
                         redis, settings.fleet, NotifySettings.from_coordinator(settings)
                     ).start()
-                    alerts = Alerts(redis, settings.fleet)
-                runtime.watcher = await OverdueWatcher(runtime.fleet, settings, alerts).start()
+                runtime.watcher = await FleetsWatcher(
+                    runtime.fleet, settings, runtime.fleets.get, notify=notify
+                ).start()
             log.info("coordinator for fleet %s up (%d operators)", settings.fleet, len(tokens))
             yield
         finally:

@@ -33,7 +33,7 @@ from replica.contract.keys import FLEETS_KEY
 
 if TYPE_CHECKING:
     from coordinator.notify.consumer import Notifier
-    from coordinator.web.metrics import OverdueWatcher
+    from coordinator.web.watcher import FleetsWatcher
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class Runtime:
         """The default fleet (``FLEETGATE_FLEET``)."""
         self.snapshots: Snapshots | None = None
         """The one read of each fleet's records that every view shares."""
-        self.watcher: OverdueWatcher | None = None
+        self.watcher: FleetsWatcher | None = None
         self.notifier: Notifier | None = None
 
 

@@ -9,7 +9,8 @@ change or a replica joining or leaving).
   replica, as ``status --json --all``.
 * ``fleet_view``: the body of ``GET /api/fleets/{name}``: the summary shape, or every record a
   page at a time (``coordinator.fleet.views.fleet_body``).
-* ``overview``: the body of ``GET /api/fleets``: one ``fleet_row`` per fleet, paused ones first.
+* ``overview``: the body of ``GET /api/fleets``: one ``fleet_row`` per fleet, paused ones first,
+  the fleets read a few at once (``coordinator.fleet.overview.read_each``).
 * ``listed_fleets``: the fleets of the registry (``fleetgate:fleets``), newest activity first,
   at most ``MAX_LISTED``.
 """
@@ -25,11 +26,12 @@ from fastapi import Request
 from redis.asyncio import Redis
 
 from coordinator.fleet.fleet import Fleet
+from coordinator.fleet.overview import FLEET_READS, read_each
 from coordinator.fleet.registry import read_registry
 from coordinator.fleet.snapshots import Snapshots
 from coordinator.fleet.summary import FleetSummary
 from coordinator.fleet.views import fleet_body
-from coordinator.render import fleet_status_dict
+from coordinator.render import fleet_status_dict, holds_dict
 from replica.contract import format_time, now_utc
 
 MAX_LISTED: Final = 1000
@@ -66,10 +68,12 @@ async def listed_fleets(redis: Redis) -> Listed:
     return Listed(names, registry.fleets, len(registry.names) > MAX_LISTED, registry.unreadable)
 
 
-def fleet_row(fs: FleetSummary, activity_ms: float | None = None) -> dict[str, Any]:
+def fleet_row(
+    fs: FleetSummary, activity_ms: float | None = None, now: datetime | None = None
+) -> dict[str, Any]:
     """One fleet in ``GET /api/fleets``: paused or not (and why, by whom, since when, its holds
-    when the state has them), its replicas live, stale and unacknowledged, the pause's age and
-    whether it is overdue."""
+    when the state has them, each with its ``status`` at ``now``: scheduled, active or ended),
+    its replicas live, stale and unacknowledged, the pause's age and whether it is overdue."""
     state, counts = fs.state, fs.counts()
     paused = bool(counts["effectively_paused"])
     row: dict[str, Any] = {
@@ -89,9 +93,8 @@ def fleet_row(fs: FleetSummary, activity_ms: float | None = None) -> dict[str, A
         "last_activity": None if activity_ms is None else _ms_time(activity_ms),
         "read_at": counts["read_at"],
     }
-    holds = state.to_dict().get("holds")
-    if holds is not None:
-        row["holds"] = holds
+    if state.holds is not None:
+        row["holds"] = holds_dict(state, now or now_utc())
     return row
 
 
@@ -101,14 +104,18 @@ def sort_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def overview(
-    snapshots: Snapshots, fleets: Sequence[Fleet], listed: Listed, max_pause: float
+    snapshots: Snapshots, fleets: Sequence[Fleet], listed: Listed, max_pause: float,
+    concurrency: int = FLEET_READS,
 ) -> dict[str, Any]:
-    """The body of ``GET /api/fleets``: a row per fleet, paused ones first."""
+    """The body of ``GET /api/fleets``: a row per fleet, paused ones first (the fleets read
+    ``concurrency`` at once)."""
     now = now_utc()
-    rows = [
-        fleet_row(await snapshots.summary(fleet, max_pause, now), listed.activity_ms.get(fleet.name))
-        for fleet in fleets
-    ]
+
+    async def row(fleet: Fleet) -> dict[str, Any]:
+        summary = await snapshots.summary(fleet, max_pause, now)
+        return fleet_row(summary, listed.activity_ms.get(fleet.name), now)
+
+    rows = await read_each(fleets, row, concurrency)
     return {
         "fleets": sort_rows(rows),
         "truncated": listed.truncated,
