@@ -55,7 +55,8 @@ def test_the_walkthrough_has_commands_for_the_cli_the_api_and_cleanup() -> None:
     for needed in (
         "fleetgate-replica", "fleetgate enqueue", "fleetgate status", "fleetgate pause",
         "--wait", "fleetgate resume", "fleetgate history", "fleetgate serve",
-        "/api/fleet/pause", "/api/fleet/resume", "/metrics", "kill",
+        "/api/fleet/pause", "/api/fleet/resume", "/metrics", "kill", "--hold", "--at",
+        "--auto-resume",
     ):
         assert needed in commands, needed
 
@@ -123,4 +124,22 @@ def test_every_walkthrough_command_runs_against_real_replicas(
     metrics = [line for line in api.splitlines() if line.startswith("fleetgate_fleet_pause")]
     assert any(line.startswith("fleetgate_fleet_pause_overdue{") and line.endswith(" 0.0") for line in metrics)
     assert resumed["state"]["paused"] is False and resumed["state"]["by"] == "admin"
+
+    holds = next(block_output(i) for i, b in enumerate(blocks) if "--hold payments" in b)
+    assert "added hold db; fleet" in holds and "still paused by db, payments" in holds
+    assert "refused with exit status 2" in holds
+    assert "has 2 holds (db, payments)" in err  # the refusal's one line, on stderr
+    assert "released hold db; fleet" in holds and "still paused by payments" in holds
+    assert "hold payments (active)" in holds and "PAUSED" in holds
+
+    window = next(block_output(i) for i, b in enumerate(blocks) if "--hold flush" in b)
+    assert "dbmaint is scheduled" in window and "cancelled scheduled hold dbmaint" in window
+    assert "window started: every replica is quiet" in window
+    assert "window ended: every replica runs" in window
+    history = window[window.index("action"):]
+    for action in ("window_ended", "window_started", "hold_scheduled", "hold_cancelled",
+                   "resume", "hold_released"):
+        assert action in history, action
+    assert history.index("window_ended") < history.index("window_started") < history.index(
+        "hold_scheduled")  # newest first: the window's edges came after its change
     assert "Traceback" not in err
