@@ -12,12 +12,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+import pytest
 import redis.asyncio as aioredis
 
-from coordinator.demo.localredis import free_port
+from coordinator.demo.localredis import LocalRedis, free_port
 from coordinator.fleet.fleet import Fleet
 from coordinator.notify.alerts import Alerts
 from coordinator.notify.consumer import Notifier
@@ -29,6 +31,17 @@ from tests.apikit import client_for, make_settings
 from tests.fleetkit import replicas, run_cli, until
 from tests.notifykit import SECRET, Hook, notifier, quick, settle, verify
 from tests.procs import Processes
+
+
+@pytest.fixture
+async def alone(private_redis: LocalRedis) -> AsyncIterator[tuple[str, aioredis.Redis]]:
+    """A Redis of the test's own (URL, client): ``fleetgate serve`` notifies every fleet of the
+    registry, and the shared server's registry lists every other test's fleets."""
+    client = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
+    try:
+        yield private_redis.url, client
+    finally:
+        await client.aclose()
 
 
 async def nothing_pending(redis: aioredis.Redis, fleet: str) -> bool:
@@ -98,8 +111,9 @@ async def test_an_event_being_retried_is_not_taken_over_by_another_server(
 
 
 async def test_a_cli_change_with_no_server_running_is_announced_when_a_server_starts(
-    redis_url: str, redis: aioredis.Redis, fleet_name: str
+    alone: tuple[str, aioredis.Redis], fleet_name: str
 ) -> None:
+    redis_url, _ = alone
     done = await asyncio.to_thread(
         run_cli, "pause", "--reason", "made with no server", "--by", "carol",
         redis_url=redis_url, fleet=fleet_name,
@@ -206,8 +220,9 @@ async def test_a_notifier_finds_its_group_again_after_redis_forgot_it(
 
 
 async def test_two_fleetgate_serve_processes_announce_each_change_once_a_cli_change_included(
-    redis_url: str, redis: aioredis.Redis, fleet_name: str, processes: Processes, tmp_path: Path
+    alone: tuple[str, aioredis.Redis], fleet_name: str, processes: Processes, tmp_path: Path
 ) -> None:
+    redis_url, redis = alone
     done = await asyncio.to_thread(
         run_cli, "pause", "--reason", "before any server", "--by", "carol",
         redis_url=redis_url, fleet=fleet_name,

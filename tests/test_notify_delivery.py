@@ -10,11 +10,13 @@ import shutil
 import ssl
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
+from coordinator.demo.localredis import LocalRedis
 from coordinator.fleet.fleet import Fleet
 from coordinator.notify import webhook
 from coordinator.web.api import create_app
@@ -23,6 +25,17 @@ from tests.apikit import ADMIN, client_for, json_headers, make_settings
 from tests.notifykit import SECRET, Hook, hooks, notifier, quick, settle, verify
 
 FIELDS = ("event", "fleet", "hold", "reason", "by", "version", "at", "text")
+
+
+@pytest.fixture
+async def alone(private_redis: LocalRedis) -> AsyncIterator[tuple[str, aioredis.Redis]]:
+    """A Redis of the test's own (URL, client): ``fleetgate serve`` notifies every fleet of the
+    registry, and the shared server's registry lists every other test's fleets."""
+    client = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
+    try:
+        yield private_redis.url, client
+    finally:
+        await client.aclose()
 
 
 async def test_a_pause_is_posted_signed_to_every_receiver_with_its_fields_and_sentence(
@@ -115,8 +128,9 @@ async def test_a_receiver_that_keeps_failing_is_given_up_after_max_age_with_a_lo
 
 
 async def test_a_receiver_that_hangs_holds_back_neither_a_pause_nor_another_receiver(
-    redis_url: str, redis: aioredis.Redis, fleet_name: str
+    alone: tuple[str, aioredis.Redis], fleet_name: str
 ) -> None:
+    redis_url, _ = alone
     async with Hook([None]) as hanging, Hook() as fine:
         settings = make_settings(redis_url, fleet_name, webhook_urls=f"{hanging.url} {fine.url}",
                                  webhook_secret=SECRET)
@@ -142,8 +156,9 @@ async def test_a_receiver_that_hangs_holds_back_neither_a_pause_nor_another_rece
 
 
 async def test_the_metrics_route_shows_the_notifier_counters_when_it_runs(
-    redis_url: str, fleet_name: str
+    alone: tuple[str, aioredis.Redis], fleet_name: str
 ) -> None:
+    redis_url, _ = alone
     async with Hook() as hook:
         app = create_app(make_settings(redis_url, fleet_name, webhook_urls=hook.url,
                                        webhook_secret=SECRET))

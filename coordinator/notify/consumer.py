@@ -14,6 +14,11 @@ entry that is still being retried is not taken over. An entry older than ``max_a
 
 Nothing here is awaited by a change: the notifier runs in tasks of its own, so a receiver that
 is down or hangs never slows a pause.
+
+With ``follow_registry`` (``fleetgate serve``), the notifier also follows every fleet of the
+registry (``coordinator.notify.follow``): the same group on each fleet's two streams, created
+when the fleet is first seen, read without blocking every ``settings.block`` seconds, a few
+fleets at a time. The default fleet's streams are read with a blocking read, as above.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -34,6 +39,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from coordinator.notify.events import Event, entry_ms
+from coordinator.notify.follow import Follower, stream_entries
 from coordinator.notify.settings import NotifySettings
 from coordinator.notify.slack import slack_body
 from coordinator.notify.webhook import Delivery, NotifyStats, Receiver
@@ -60,17 +66,6 @@ def encode(event: Event, fmt: str) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def stream_entries(reply: Any) -> Iterator[tuple[str, str, dict[Any, Any]]]:
-    """(stream, entry id, fields) of an XREADGROUP reply, RESP2 or RESP3 (redis-py shapes)."""
-    pairs = reply.items() if isinstance(reply, dict) else (reply or [])
-    for stream, entries in pairs:
-        if entries and isinstance(entries[0], list):  # RESP3: one list in a list
-            entries = [e for part in entries for e in part]
-        for entry_id, fields in entries or []:
-            if entry_id is not None:
-                yield text(stream), text(entry_id), dict(fields or {})
-
-
 class Notifier:
     """Announces a fleet's audit and events entries to every receiver, until stopped.
 
@@ -78,7 +73,13 @@ class Notifier:
     of its pool for ``settings.block`` seconds at a time)."""
 
     def __init__(
-        self, redis: Redis, fleet: str, settings: NotifySettings, *, consumer: str | None = None
+        self,
+        redis: Redis,
+        fleet: str,
+        settings: NotifySettings,
+        *,
+        consumer: str | None = None,
+        follow_registry: bool = False,
     ) -> None:
         self.redis = redis
         self.keys = Keys(fleet)
@@ -87,7 +88,13 @@ class Notifier:
         self.consumer = consumer or default_consumer()
         self.stats = NotifyStats()
         self.receivers = [Receiver(url, settings, self.stats) for url in settings.urls]
-        self._sources = {self.keys.audit: "audit", self.keys.events: "events"}
+        self._own = (self.keys.audit, self.keys.events)
+        self._sources: dict[str, tuple[str, str]] = {
+            self.keys.audit: (self.fleet, "audit"), self.keys.events: (self.fleet, "events"),
+        }
+        """stream -> (its fleet, audit or events): the default fleet's and each followed one's."""
+        self.follower = Follower(self) if follow_registry else None
+        """Follows the other fleets of the registry (None: the default fleet only)."""
         self._held: dict[_Key, int] = {}
         """Entries in hand -> receivers still at them (0: waiting for their XACK)."""
         self._to_ack: set[_Key] = set()
@@ -116,6 +123,8 @@ class Notifier:
             asyncio.create_task(self._claim_loop(), name=f"{name}-claim"),
             asyncio.create_task(self._ack_loop(), name=f"{name}-ack"),
         ]
+        if self.follower is not None:
+            self._tasks.append(asyncio.create_task(self.follower.run(), name=f"{name}-follow"))
         log.info("fleet %s: notifying %d receiver(s) of its events as %s (format %s)",
                  self.fleet, len(self.receivers), self.consumer, self.settings.format)
         if self.settings.secret is None:
@@ -130,12 +139,12 @@ class Notifier:
         tasks, self._tasks = self._tasks, []
         if not tasks:
             return
-        read, claim, ack = tasks
-        for task in (read, claim):
+        read, claim, ack, *follow = tasks
+        for task in (read, claim, *follow):
             task.cancel()
         for receiver in self.receivers:
             await receiver.stop()
-        await asyncio.gather(read, claim, return_exceptions=True)
+        await asyncio.gather(read, claim, *follow, return_exceptions=True)
         ack.cancel()
         await asyncio.gather(ack, return_exceptions=True)
         if self._to_ack:
@@ -151,11 +160,31 @@ class Notifier:
 
     # ------------------------------------------------------------------ reading
 
-    async def ensure_groups(self) -> None:
-        """Create the group on both streams (MKSTREAM), starting ``max_age`` ago; a group that
-        exists is left as it is."""
+    def follow(self, fleets: Iterable[str]) -> tuple[int, int]:
+        """Read the streams of ``fleets`` too (besides the default fleet's), and no longer those
+        of a fleet followed before and not listed now; (added, dropped)."""
+        wanted = {Keys(name).audit: name for name in fleets if name != self.fleet}
+        wanted |= {Keys(name).events: name for name in wanted.values()}
+        dropped = [s for s in self._sources if s not in self._own and s not in wanted]
+        for stream in dropped:
+            del self._sources[stream]
+        added = 0
+        for stream, name in wanted.items():
+            if stream not in self._sources:
+                self._sources[stream] = (name, "audit" if stream == Keys(name).audit else "events")
+                added += 1
+        return added // 2, len(dropped) // 2
+
+    @property
+    def full(self) -> bool:
+        """As many entries in hand as ``max_in_flight``: read no more for now."""
+        return len(self._held) >= self.settings.max_in_flight
+
+    async def ensure_groups(self, streams: Iterable[str] | None = None) -> None:
+        """Create the group on the streams (MKSTREAM; default: the default fleet's two),
+        starting ``max_age`` ago; a group that exists is left as it is."""
         start = f"{int((time.time() - self.settings.max_age) * 1000)}-0"
-        for stream in self._sources:
+        for stream in self._own if streams is None else streams:
             try:
                 await uncancelled(self.redis.xgroup_create(
                     stream, self.settings.group, id=start, mkstream=True
@@ -177,7 +206,7 @@ class Notifier:
                     await self.ensure_groups()
                     groups = True
                 reply = await uncancelled(self.redis.xreadgroup(
-                    self.settings.group, self.consumer, dict.fromkeys(self._sources, ">"),
+                    self.settings.group, self.consumer, dict.fromkeys(self._own, ">"),
                     count=self.settings.batch, block=int(self.settings.block * 1000),
                 ))
             except asyncio.CancelledError:
@@ -218,7 +247,8 @@ class Notifier:
             self.stats.bump("skipped")
             self._release(key)
             return False
-        event = Event.from_entry(self.fleet, self._sources.get(stream, stream), entry_id, fields)
+        fleet, source = self._sources.get(stream, (self.fleet, stream))
+        event = Event.from_entry(fleet, source, entry_id, fields)
         body = encode(event, self.settings.format)
         self._held[key] = len(self.receivers)
         for receiver in self.receivers:
@@ -272,8 +302,11 @@ class Notifier:
     async def sweep(self) -> None:
         """Renew the entries in hand; take over those a silent notifier left ``claim_idle``."""
         group = self.settings.group
-        for stream in self._sources:
-            mine = [entry_id for (s, entry_id) in self._held if s == stream]
+        held: dict[str, list[str]] = {}
+        for s, entry_id in self._held:
+            held.setdefault(s, []).append(entry_id)
+        for stream in list(self._sources):
+            mine = held.get(stream, [])
             for i in range(0, len(mine), 100):
                 await uncancelled(self.redis.xclaim(
                     stream, group, self.consumer, 0, list[Any](mine[i:i + 100]), justid=True

@@ -124,7 +124,8 @@ def create_app(
                 notify = bool(settings.webhook_urls)
                 if notify:  # notifications (coordinator.notify)
                     runtime.notifier = await Notifier(
-                        redis, settings.fleet, NotifySettings.from_coordinator(settings)
+                        redis, settings.fleet, NotifySettings.from_coordinator(settings),
+                        follow_registry=True,  # every fleet of the registry too
                     ).start()
                 runtime.watcher = await FleetsWatcher(
                     runtime.fleet, settings, runtime.fleets.get, notify=notify
