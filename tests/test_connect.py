@@ -9,14 +9,15 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, ResponseError
 
+from coordinator.fleet.fleet import Fleet
 from replica.contract import Keys, restore_args
 from replica.contract.scripts import RESTORE_STATE_LUA
 from replica.contract.state import FleetState
-from replica.control.connect import connect, pool_for, sharded, topology
+from replica.control.connect import NotServedHere, connect, pool_for, sharded, topology
 from replica.control.redisio import Link
 from replica.control.slots import SlotRedis, command_key
 from replica.control.subscription import Subscription
-from replica.errors import ContractError
+from replica.errors import ContractError, OutcomeUnknown
 from tests.topology import (  # noqa: F401 (the fixtures)
     Cluster,
     SentinelGroup,
@@ -71,18 +72,18 @@ async def test_a_closed_sentinel_client_leaves_no_connection_on_the_sentinels_or
         counts = []
         for node in [*sentinel_group.sentinels, sentinel_group.master()]:
             with node.client() as c:
-                counts.append(len(c.client_list()) - 1)  # minus this probe
+                counts.append(sum(1 for x in c.client_list() if x["name"] == "leak-check"))
         return counts
 
-    before = await asyncio.to_thread(connections)
-    client = connect(sentinel_group.url, decode_responses=True)
+    client = connect(sentinel_group.url, decode_responses=True, client_name="leak-check")
     assert topology(client) == "sentinel"
     await client.set("k", "v")
     assert await client.get("k") == "v"
     with sentinel_group.master().client() as master:
         assert master.get("k") == "v"
+    assert (await asyncio.to_thread(connections))[-1] >= 1  # the master
     await client.aclose()
-    assert await asyncio.to_thread(connections) == before
+    assert await asyncio.to_thread(connections) == [0, 0, 0, 0]
 
 
 async def test_a_cluster_client_reaches_every_slot_runs_scripts_and_pipelines_where_the_keys_are(
@@ -180,3 +181,28 @@ async def test_the_urls_credentials_reach_the_sentinels_and_the_master_each_thei
             await wrong.ping()
     finally:
         await wrong.aclose()
+
+
+async def test_a_change_a_demoted_master_refuses_is_reported_unsent_never_as_an_unknown_outcome(
+    sentinel_group: SentinelGroup, fleet_name: str
+) -> None:
+    client = connect(sentinel_group.url, decode_responses=True)
+    fleet = Fleet(client, fleet_name, min_replicas_ack=0)
+    try:
+        assert (await fleet.pause("first", by="t")).version == 1
+        conn = client.connection_pool.make_connection()
+        await conn.connect()
+        master = sentinel_group.master()
+        with master.client() as c:  # demoted under its clients: READONLY from now on
+            c.execute_command("REPLICAOF", "127.0.0.1", "1")
+        await conn.send_command("SET", "k", "v")
+        with pytest.raises(NotServedHere):
+            await conn.read_response()
+        assert not conn.is_connected
+        with pytest.raises(RedisConnectionError) as caught:  # sent twice, refused twice
+            await fleet.pause("second", by="t")
+        assert not isinstance(caught.value, OutcomeUnknown)
+        with master.client() as c:
+            assert c.hget(f"fleetgate:{{{fleet_name}}}:state", "version") == "1"
+    finally:
+        await client.aclose()

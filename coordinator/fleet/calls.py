@@ -26,7 +26,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from replica.control.connect import pool_for
+from replica.control.connect import NotServedHere, pool_for
 from replica.control.redisio import uncancelled
 from replica.errors import OutcomeUnknown
 
@@ -138,6 +138,8 @@ async def _request(conn: Any, command: tuple[Any, ...], what: str, *, load: bool
         raise _NotSent(exc) from exc
     try:
         return await conn.read_response()
+    except NotServedHere as exc:  # refused unrun (MOVED, READONLY): sending it again is safe
+        raise _NotSent(exc) from exc
     except _LOST as exc:
         if load:
             raise

@@ -7,8 +7,9 @@ raises ``ContractError`` with one line, the password redacted) and returns a
 * ``redis://``, ``rediss://``, ``unix://``: ``Redis.from_url``;
 * ``redis+sentinel://``: the master of the service, through ``redis.asyncio.sentinel``: each
   new connection asks the sentinels where the master is, and a ``READONLY`` reply (a master
-  demoted under it) drops the connection so that the next one asks again; closing the client
-  closes the sentinel connections too;
+  demoted under it) drops the connection so that the next one asks again (``NotServedHere``:
+  nothing was written, sending it again is safe); closing the client closes the sentinel
+  connections too;
 * ``redis+cluster://``: ``replica.control.slots.SlotRedis``: one pool per slot, each
   connection reaching the slot's primary of the moment.
 
@@ -29,13 +30,30 @@ import logging
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.asyncio.connection import ConnectionPool
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.connection import Connection, ConnectionPool, SSLConnection
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
+from redis.exceptions import ReadOnlyError
 
 from replica.contract.urls import RedisTarget, Topology, parse_redis_url
-from replica.control.slots import SlotRedis
+from replica.control.slots import NotServedHere, SlotRedis
 
 log = logging.getLogger(__name__)
+
+
+class _SentinelConnection(SentinelManagedConnection):
+    """A connection to the master the sentinels name; a ``READONLY`` answer (the master was
+    demoted under it) drops it and raises ``NotServedHere``: nothing was written."""
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await Connection.read_response(self, *args, **kwargs)
+        except ReadOnlyError as exc:
+            await self.disconnect()
+            raise NotServedHere(f"the master was demoted ({exc})") from exc
+
+
+class _SentinelSSLConnection(_SentinelConnection, SSLConnection):
+    pass
 
 
 class _SentinelPool(SentinelConnectionPool):
@@ -64,7 +82,8 @@ def connect(url: str | RedisTarget, **options: Any) -> Redis:
         options["password"] = target.password
     if target.topology == "sentinel":
         sentinel_kwargs: dict[str, Any] = {
-            k: options[k] for k in ("socket_timeout", "socket_connect_timeout") if k in options
+            k: options[k] for k in ("socket_timeout", "socket_connect_timeout", "client_name")
+            if k in options
         }
         if target.sentinel_username is not None:
             sentinel_kwargs["username"] = target.sentinel_username
@@ -72,12 +91,12 @@ def connect(url: str | RedisTarget, **options: Any) -> Redis:
             sentinel_kwargs["password"] = target.sentinel_password
         if target.tls:
             sentinel_kwargs["ssl"] = True
-            options["ssl"] = True
         sentinels = Sentinel(  # type: ignore[no-untyped-call]
             list(target.hosts), sentinel_kwargs=sentinel_kwargs
         )
         client: Redis = sentinels.master_for(
             target.service, redis_class=Redis, connection_pool_class=_SentinelPool,
+            connection_class=_SentinelSSLConnection if target.tls else _SentinelConnection,
             db=target.db, **options,
         )
         return client
@@ -105,4 +124,4 @@ def pool_for(redis: Redis, key: str | bytes) -> ConnectionPool:
     return redis.connection_pool
 
 
-__all__ = ["connect", "pool_for", "sharded", "topology"]
+__all__ = ["NotServedHere", "connect", "pool_for", "sharded", "topology"]

@@ -48,6 +48,12 @@ _KEYLESS = frozenset({
 _KEYS_AFTER_NUMKEYS = frozenset({"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"})
 
 
+class NotServedHere(RedisConnectionError):
+    """The node refused the command before running it (``MOVED``, ``ASK``, ``CLUSTERDOWN``,
+    ``TRYAGAIN``; on Sentinel ``READONLY``): nothing was done, the connection is dropped, and
+    sending it again on a new connection reaches the primary of the moment."""
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -176,12 +182,12 @@ class SlotManagedConnection(Connection):
             # the slot moved (a failover): ask again
             self.slot_map.forget()
             await self.disconnect(nowait=True)
-            raise RedisConnectionError(f"slot {self.slot} is not served here now ({exc})") from exc
+            raise NotServedHere(f"slot {self.slot} is not served here now ({exc})") from exc
         except (ClusterDownError, TryAgainError) as exc:
             # the cluster is between owners: ask again
             self.slot_map.forget()
             await self.disconnect(nowait=True)
-            raise RedisConnectionError(f"slot {self.slot} is not served here now ({exc})") from exc
+            raise NotServedHere(f"slot {self.slot} is not served here now ({exc})") from exc
 
 
 class SlotManagedSSLConnection(SlotManagedConnection, SSLConnection):
@@ -279,5 +285,5 @@ class SlotRedis(Redis):
         await super().aclose(close_connection_pool)
 
 
-__all__ = ["SlotConnectionPool", "SlotManagedConnection", "SlotMap", "SlotRedis",
+__all__ = ["NotServedHere", "SlotConnectionPool", "SlotManagedConnection", "SlotMap", "SlotRedis",
            "command_key", "slot_of"]
