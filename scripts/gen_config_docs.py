@@ -45,7 +45,8 @@ URLS = """\
 
 The Sentinel and Cluster forms take the query parameters `sentinel_username` and
 `sentinel_password` (Sentinel only: the sentinels' own credentials), `socket_timeout` and
-`socket_connect_timeout` (seconds), and no others:
+`socket_connect_timeout` (seconds), with `rediss+` the TLS files and check (`ssl_ca_certs`,
+`ssl_certfile`, `ssl_keyfile`, `ssl_cert_reqs`), and no others:
 `redis+sentinel://replica:pw@sentinel-0:26379,sentinel-1:26379/mymaster/0?sentinel_password=spw`.
 Percent-encode a password's `@`, `/`, `?` and `#`. A malformed URL stops the process with one
 line naming what is wrong, and every URL printed or logged shows its passwords as `***`."""

@@ -4,8 +4,10 @@ client, against real servers: a Sentinel group and a Redis Cluster from ``tests.
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 import pytest
+from redis.asyncio.connection import SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, ResponseError
 
@@ -206,3 +208,14 @@ async def test_a_change_a_demoted_master_refuses_is_reported_unsent_never_as_an_
             assert c.hget(f"fleetgate:{{{fleet_name}}}:state", "version") == "1"
     finally:
         await client.aclose()
+
+
+async def test_the_tls_forms_open_tls_connections_with_the_urls_files() -> None:
+    for url in ("rediss+cluster://127.0.0.1:1?ssl_cert_reqs=none",
+                "rediss+sentinel://127.0.0.1:1/svc?ssl_cert_reqs=none"):
+        client = connect(url)
+        try:
+            conn = client.connection_pool.make_connection()
+            assert isinstance(conn, SSLConnection) and conn.ssl_context.cert_reqs == ssl.CERT_NONE
+        finally:
+            await client.aclose()

@@ -234,3 +234,15 @@ def test_the_cli_refuses_a_malformed_sentinel_url_with_one_line_and_exit_status_
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "query parameter 'bogus'" in lines[0]
     assert "s3cret" not in done.stderr + done.stdout
+
+
+def test_the_tls_forms_take_the_tls_files_and_the_plain_forms_refuse_them() -> None:
+    target = parse_redis_url(
+        "rediss+cluster://n1:7000?ssl_ca_certs=/etc/fleetgate/ca.pem&ssl_cert_reqs=required"
+    )
+    assert target.tls and dict(target.tls_options) == {
+        "ssl_ca_certs": "/etc/fleetgate/ca.pem", "ssl_cert_reqs": "required"}
+    with pytest.raises(ContractError, match="only a rediss"):
+        parse_redis_url("redis+sentinel://h/svc?ssl_ca_certs=/etc/ca.pem")
+    with pytest.raises(ContractError, match="ssl_cert_reqs that is not none, optional, required"):
+        parse_redis_url("rediss+sentinel://h/svc?ssl_cert_reqs=maybe")

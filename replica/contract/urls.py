@@ -19,7 +19,8 @@ connection factory, ``replica.control.connect``, opens):
 
 The two multi-host forms take the query parameters ``sentinel_username`` and
 ``sentinel_password`` (Sentinel only: the sentinels' own credentials), ``socket_timeout`` and
-``socket_connect_timeout`` (seconds), and nothing else. The user part and the parameters are
+``socket_connect_timeout`` (seconds), with ``rediss+`` the TLS files and check
+(``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``), and nothing else. The user part and the parameters are
 percent-decoded.
 
 ``check_redis_url`` refuses what cannot work (a scheme it does not know, no host, a port that
@@ -48,9 +49,12 @@ REDIS_SCHEMES: Final = SINGLE_SCHEMES | SENTINEL_SCHEMES | CLUSTER_SCHEMES
 """Every scheme fleetgate takes."""
 Topology = Literal["standalone", "sentinel", "cluster"]
 DEFAULT_PORTS: Final = {"sentinel": 26379, "cluster": 6379}
+TLS_PARAMETERS: Final = frozenset({"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"})
+"""TLS files and checks (``rediss+``), passed to redis-py as they are."""
+CERT_REQS: Final = ("none", "optional", "required")
 PARAMETERS: Final = frozenset(
     {"sentinel_username", "sentinel_password", "socket_timeout", "socket_connect_timeout"}
-)
+) | TLS_PARAMETERS
 """The query parameters of the Sentinel and Cluster forms."""
 MASK: Final = "***"
 
@@ -126,6 +130,8 @@ class RedisTarget:
     password: str | None = None
     sentinel_username: str | None = None
     sentinel_password: str | None = None
+    tls_options: tuple[tuple[str, str], ...] = ()
+    """``ssl_*`` parameters (``rediss+`` forms only), for redis-py."""
     socket_timeout: float | None = None
     socket_connect_timeout: float | None = None
 
@@ -173,6 +179,11 @@ def parse_redis_url(url: str, schemes: Iterable[str] = REDIS_SCHEMES) -> RedisTa
                                 f"(it takes {known}): {shown!r}")
         if name.startswith("sentinel_") and topology != "sentinel":
             raise ContractError(f"has {name}, which only a Sentinel URL takes: {shown!r}")
+        if name in TLS_PARAMETERS and not scheme.startswith("rediss"):
+            raise ContractError(f"has {name}, which only a rediss+ URL (TLS) takes: {shown!r}")
+        if name == "ssl_cert_reqs" and val not in CERT_REQS:
+            raise ContractError(f"has an ssl_cert_reqs that is not {', '.join(CERT_REQS)}: "
+                                f"{shown!r}")
         params[name] = val
     return RedisTarget(
         topology, value, shown, tls=scheme.startswith("rediss"), hosts=hosts,
@@ -182,6 +193,7 @@ def parse_redis_url(url: str, schemes: Iterable[str] = REDIS_SCHEMES) -> RedisTa
         sentinel_password=params.get("sentinel_password") or None,
         socket_timeout=_seconds(params, "socket_timeout", shown),
         socket_connect_timeout=_seconds(params, "socket_connect_timeout", shown),
+        tls_options=tuple(sorted((k, v) for k, v in params.items() if k in TLS_PARAMETERS)),
     )
 
 
@@ -273,6 +285,7 @@ __all__ = [
     "REDIS_SCHEMES",
     "SENTINEL_SCHEMES",
     "SINGLE_SCHEMES",
+    "TLS_PARAMETERS",
     "RedisTarget",
     "Topology",
     "check_redis_url",

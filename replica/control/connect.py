@@ -80,6 +80,7 @@ def connect(url: str | RedisTarget, **options: Any) -> Redis:
         options["username"] = target.username
     if target.password is not None:
         options["password"] = target.password
+    options.update(target.tls_options)
     if target.topology == "sentinel":
         sentinel_kwargs: dict[str, Any] = {
             k: options[k] for k in ("socket_timeout", "socket_connect_timeout", "client_name")
@@ -91,6 +92,7 @@ def connect(url: str | RedisTarget, **options: Any) -> Redis:
             sentinel_kwargs["password"] = target.sentinel_password
         if target.tls:
             sentinel_kwargs["ssl"] = True
+            sentinel_kwargs.update(target.tls_options)
         sentinels = Sentinel(  # type: ignore[no-untyped-call]
             list(target.hosts), sentinel_kwargs=sentinel_kwargs
         )
