@@ -43,7 +43,7 @@ class CoordinatorSettings(BaseSettings):
     view_name: str = "viewer"
     """The name of the view token's holder."""
     tokens_file: Path | None = None
-    """A file of more named operators: JSON, or `name:token[:role]` lines (role admin or view)."""
+    """A file of more named operators: JSON entries `{"name", "token", "role", "fleets"}`, or `name:token[:role[:a,b]]` lines (role admin or view). With `fleets` (the 4th field) the token acts on those fleets only: on another it gets 403."""
     metrics_auth: bool = False
     """Require a token on /metrics too (by default Prometheus scrapes it without one)."""
 
