@@ -513,11 +513,15 @@ def test_a_window_edge_at_the_settled_snapshot_is_not_judged_either_way() -> Non
         assert broken_rules(check(_with_window(3.95, 9.0, held=held))) == []
 
 
-def test_a_resume_refused_because_the_fleet_had_several_holds_may_exit_2() -> None:
+def test_a_resume_refused_for_its_holds_may_exit_2_and_a_usage_error_may_not() -> None:
     events = clean()
     resume = find(events, "op", action="resume")
     resume.update(exit=2, stderr="fleet chaos has 2 holds (db, payments): name the one to "
                                  "release with --hold NAME, or release them all with --all\n")
     assert broken_rules(check(events)) == []
-    resume["args"] = {"wait": False, "hold": "db"}  # naming a hold: 2 is not a refusal then
+    resume["args"] = {"wait": False, "hold": "db"}  # naming a hold: that refusal is another
+    assert broken_rules(check(events)) == [7]
+    resume["stderr"] = "fleetgate: fleet chaos has no hold 'db' (holds: none)\n"
+    assert broken_rules(check(events)) == []
+    resume["stderr"] = "fleetgate: --hold and --all cannot be combined\n"  # a usage error
     assert broken_rules(check(events)) == [7]

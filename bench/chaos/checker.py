@@ -28,8 +28,8 @@
    version only after it, showed an older version after it, or was frozen from before the
    change until after it.
 7. **exits**: no process exited non-zero unless the schedule killed it; the CLI exits with a
-   documented status (0, 1, 3, 5; 2 only for a resume that named no hold, refused because the
-   fleet had several), never a traceback.
+   documented status (0, 1, 3, 5; 2 only for a resume refused because it named no hold while
+   the fleet had several, or a hold the fleet did not have), never a traceback.
 
 Fleet holds and maintenance windows: a change's state says which holds it has and when each
 starts and ends by itself (``Change.paused_at``), so rules 5 and 6 judge a window that started
@@ -84,6 +84,13 @@ class Checker:
         result.phase = tl.phase
         result.complete = tl.phase in ("done", "stopped")
         result.faults = Counter(w.kind for w in tl.windows)
+        for op in tl.ops:
+            args = op.get("args") or {}
+            result.operator.update(
+                kind for kind, hit in (("named hold", bool(args.get("hold"))),
+                                       ("window", "at" in args),
+                                       ("resume --all", bool(args.get("all"))),
+                                       ("refused", op.get("result") == "refused")) if hit)
         self.rule1(result.rules[1])
         self.rule2(result.rules[2], result)
         self.rule3(result.rules[3], result)
@@ -390,12 +397,16 @@ class Checker:
 
 
 def _refused_resume(op: Event) -> bool:
-    """A CLI resume that named no hold and was refused, saying the fleet had several."""
+    """A CLI resume refused with one line: it named no hold while the fleet had several, or
+    named a hold the fleet did not have (any more: a window ended by itself meanwhile)."""
     args = op.get("args") or {}
     stderr = str(op.get("stderr") or "")
-    return (op.get("action") == "resume" and not args.get("hold") and not args.get("all")
-            and "holds" in stderr and "Traceback" not in stderr
-            and len(stderr.strip().splitlines()) == 1)
+    if op.get("action") != "resume" or args.get("all") or "Traceback" in stderr or \
+            len(stderr.strip().splitlines()) != 1:
+        return False
+    if args.get("hold"):
+        return f"has no hold '{args['hold']}'" in stderr
+    return " holds (" in stderr
 
 
 def _entry(value: object) -> tuple[int, int] | None:

@@ -184,7 +184,8 @@ class Operator:
 
     def _believe(self, state: FleetState) -> None:
         self.paused = state.effectively_paused()
-        self.holds = [h.name for h in state.effective_holds()]
+        now = now_utc()
+        self.holds = [h.name for h in state.effective_holds() if h.status(now) != "ended"]
 
     async def _refresh_belief(self) -> None:
         with contextlib.suppress(RedisError, OSError, TimeoutError):

@@ -23,6 +23,8 @@ def table(result: CheckResult) -> list[str]:
     rows: list[tuple[str, str]] = []
     for kind in KINDS:
         rows.append((f"faults: {kind}", str(result.faults.get(kind, 0))))
+    for kind in ("named hold", "window", "resume --all", "refused"):
+        rows.append((f"operator: {kind}", str(result.operator.get(kind, 0))))
     rows += [
         ("items enqueued", str(result.items)),
         ("items done", str(result.done)),

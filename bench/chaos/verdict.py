@@ -61,6 +61,9 @@ class CheckResult:
     unexplained: int = 0
     worst_propagation: tuple[float, str] | None = None
     excused_pairs: int = 0
+    operator: Counter[str] = field(default_factory=Counter)
+    """The operator's calls by kind: ``named hold``, ``window``, ``resume --all``,
+    ``refused``."""
     complete: bool = True
     phase: str | None = None
     strict: bool = False
