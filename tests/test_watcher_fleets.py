@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 
 from coordinator.demo.localredis import LocalRedis
 from coordinator.fleet.fleet import Fleet
-from coordinator.fleet.overview import read_overview
+from coordinator.fleet.overview import read_each, read_overview
 from coordinator.fleet.registry import touch
 from coordinator.notify.consumer import Notifier
 from coordinator.notify.settings import GROUP
@@ -280,3 +280,54 @@ def test_each_fleets_row_of_a_multi_fleet_pause_says_what_the_change_did(
     assert again.returncode == 0, again.stderr
     for row in json.loads(again.stdout):
         assert row["change"]["event"] == "resume" and row["change"]["holds"] == ["db"], row
+
+
+async def test_the_watcher_follows_the_registry_as_fleets_come_and_go(
+    alone: tuple[str, aioredis.Redis], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, client = alone
+    w = watcher(client, settings_for(url), registry_interval=0)  # the registry read each pass
+    await w.check()
+    assert sorted(w.watchers) == sorted([DEFAULT, *OTHERS])
+    await forgotten(client, "late")
+    assert await touch(client, "late")
+    await client.zrem("fleetgate:fleets", "email", DEFAULT)
+    await w.check()
+    assert sorted(w.watchers) == sorted([DEFAULT, "late", "search"])  # the default one stays
+    assert [e["action"] for e in await events(client, "late")] == ["overdue"]
+
+
+# ---------------------------------------------------------------------------- read_each
+
+
+async def test_read_each_runs_at_most_its_concurrency_in_as_many_tasks_and_keeps_the_order() -> None:
+    running, most, tasks = 0, 0, set()
+
+    async def call(i: int) -> int:
+        nonlocal running, most
+        tasks.add(asyncio.current_task())
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0)
+        running -= 1
+        return i * 2
+
+    assert await read_each(list(range(50)), call, 3) == [i * 2 for i in range(50)]
+    assert most == 3 and len(tasks) == 3
+    assert await read_each([], call, 3) == []
+
+
+async def test_read_each_raises_the_first_failure_as_itself_and_cancels_the_rest() -> None:
+    started: list[int] = []
+    gate = asyncio.Event()
+
+    async def call(i: int) -> int:
+        started.append(i)
+        if i == 1:
+            raise aioredis.ConnectionError("gone")
+        await gate.wait()  # never set: the failure must cancel these
+        return i
+
+    with pytest.raises(aioredis.ConnectionError, match="gone"):
+        await read_each(list(range(10)), call, 4)
+    assert started == [0, 1, 2, 3]
