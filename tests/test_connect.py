@@ -12,6 +12,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, ResponseError
 
 from coordinator.fleet.fleet import Fleet
+from replica import FleetController, PausablePool
 from replica.contract import Keys, restore_args
 from replica.contract.scripts import RESTORE_STATE_LUA
 from replica.contract.state import FleetState
@@ -20,8 +21,10 @@ from replica.control.redisio import Link
 from replica.control.slots import SlotRedis, command_key
 from replica.control.subscription import Subscription
 from replica.errors import ContractError, OutcomeUnknown
+from tests.cpkit import until
 from tests.topology import (  # noqa: F401 (the fixtures)
     Cluster,
+    Node,
     SentinelGroup,
     redis_cluster_fixture,
     sentinel_group_fixture,
@@ -219,3 +222,40 @@ async def test_the_tls_forms_open_tls_connections_with_the_urls_files() -> None:
             assert isinstance(conn, SSLConnection) and conn.ssl_context.cert_reqs == ssl.CERT_NONE
         finally:
             await client.aclose()
+
+
+async def test_a_manual_cluster_failover_moves_the_sharded_subscription_and_changes_still_apply_by_push(
+    redis_cluster: Cluster,
+) -> None:
+    keys = Keys("orders")
+    client = connect(redis_cluster.url, decode_responses=True, socket_timeout=2)
+    fleet = Fleet(client, "orders", min_replicas_ack=0)
+
+    async def handle(item: object) -> None:
+        return None
+
+    try:
+        async with PausablePool(handle) as pool, FleetController(
+            pool, client, fleet="orders", replica_id="pod-1", poll_interval=0.2
+        ) as controller:
+            old = redis_cluster.primary_for(keys.state)
+            new = redis_cluster.replica_of(old)
+            assert await fleet.pause("before", by="t") is not None
+            await until(lambda: controller.stats().applied_version == 1)
+            with new.client() as c:  # a switchover: the old primary stays up, as a replica
+                c.execute_command("CLUSTER", "FAILOVER")
+            assert await asyncio.to_thread(redis_cluster.wait_for_failover, old, keys.state) is new
+            await until(lambda: controller.stats().connected and shard_count(new, keys.control) == 1,
+                        timeout=15)
+            assert shard_count(old, keys.control) == 0  # it said sunsubscribe, or dropped it
+            pushes = controller.stats().pushes
+            resumed = await fleet.resume(by="t")  # MOVED on an old connection: sent again
+            await until(lambda: controller.stats().applied_version == resumed.version)
+            assert controller.stats().pushes == pushes + 1
+    finally:
+        await client.aclose()
+
+
+def shard_count(node: Node, channel: str) -> int:
+    with node.client() as c:
+        return int(c.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1])
