@@ -55,7 +55,7 @@ async def test_a_pause_is_posted_signed_to_every_receiver_with_its_fields_and_se
         assert verify(SECRET, request.body, request.headers["x-fleetgate-signature"])
         body = request.json()
         assert {k: body[k] for k in FIELDS} == {
-            "event": "pause", "fleet": fleet_name, "hold": None,
+            "event": "pause", "fleet": fleet_name, "hold": "default",
             "reason": "orders-db failover drill", "by": "alice", "version": state.version,
             "at": body["at"],
             "text": f"Fleet {fleet_name} paused by alice: orders-db failover drill (version 1).",

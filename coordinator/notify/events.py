@@ -19,7 +19,16 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from coordinator.durations import format_age
-from replica.contract import A_ACTION, A_AT, A_BY, A_REASON, A_VERSION, format_time, text
+from replica.contract import (
+    A_ACTION,
+    A_AT,
+    A_BY,
+    A_REASON,
+    A_VERSION,
+    DEFAULT_HOLD,
+    format_time,
+    text,
+)
 
 HOLD: Final = "hold"
 """The field naming the fleet hold an entry is about (absent: the fleet as a whole)."""
@@ -121,7 +130,7 @@ class Event:
 def describe(e: Event) -> str:
     """The sentence of an event."""
     who = f" by {e.by}" if e.by else ""
-    hold = f" (hold {e.hold})" if e.hold else ""
+    hold = f" (hold {e.hold})" if e.hold and e.hold != DEFAULT_HOLD else ""
     why = f": {e.reason}" if e.reason else ""
     version = f" (version {e.version})" if e.version else ""
     if e.event == "pause":
@@ -150,7 +159,7 @@ def _overdue(e: Event) -> str:
     limit = (f"it was expected to end at {until}" if until
              else "it was given no window and passed FLEETGATE_MAX_PAUSE")
     paused_by = f", paused by {e.by}" if e.by else ""
-    hold = f" (hold {e.hold})" if e.hold else ""
+    hold = f" (hold {e.hold})" if e.hold and e.hold != DEFAULT_HOLD else ""
     return (f"Fleet {e.fleet} has been paused{lasted}{hold} (since {since}{paused_by}: "
             f"{e.reason or 'no reason'}); {limit}. Forgotten?")
 
