@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-MODULES = ["bench.pool", "bench.fanout", "bench.durability", "bench.bigfleet", "bench.startup"]
+MODULES = ["bench.pool", "bench.fanout", "bench.durability", "bench.failover", "bench.bigfleet",
+           "bench.startup"]
 
 
 def _fmt(v: Any) -> str:
