@@ -10,7 +10,9 @@
   a frozen replica until the primary itself holds unsent bytes (``omem``) for it. Freezing alone
   does not lose a write on loopback: the primary's write lands in the frozen process's kernel
   socket buffer, and the thawed replica reads it (measured: a key written after the freeze was
-  on the promoted node). Bytes still in the primary's own output buffer die with it.
+  on the promoted node). Bytes still in the primary's own output buffer die with it: a write
+  is lost for sure when the primary still holds more unsent (``unsent``) than it has written
+  since just before that write (``repl_offset``).
 
 Every wait polls Redis answers or files another process writes, with a bounded deadline.
 """
@@ -33,8 +35,8 @@ from tests.topology import Node
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 JUNK_KEY: Final = "failover-test:junk"
-JUNK_CHUNK: Final = 1_000_000
-UNSENT_AT_LEAST: Final = 1_000_000
+JUNK_CHUNK: Final = 65_536
+UNSENT_AT_LEAST: Final = 2_000_000
 """Bytes the primary must hold unsent for the frozen replica before the write it must lose."""
 T = TypeVar("T")
 
@@ -114,12 +116,20 @@ def all_applied(node: Node, fleet: str, ids: Sequence[str], version: int) -> boo
 
 
 def unsent(primary: Node) -> int:
-    """Bytes the primary holds in its output buffers for its replicas (``omem``)."""
+    """Bytes the primary holds unsent for its (one) replica, at least: its ``omem`` counts from
+    the start of the replication buffer block the replica is in, so up to one block (a
+    ``JUNK_CHUNK`` here) may have gone out already."""
     with primary.client() as c:
-        return sum(int(r.get("omem", 0)) for r in c.client_list(_type="replica"))
+        omem = max(int(r.get("omem", 0)) for r in c.client_list(_type="replica"))
+    return max(0, omem - JUNK_CHUNK)
 
 
-def starve_replicas(primary: Node, at_least: int = UNSENT_AT_LEAST, limit: int = 64) -> int:
+def repl_offset(primary: Node) -> int:
+    """Bytes of the replication stream so far (``master_repl_offset``)."""
+    return int(primary.info("replication")["master_repl_offset"])
+
+
+def starve_replicas(primary: Node, at_least: int = UNSENT_AT_LEAST, limit: int = 1000) -> int:
     """Append junk on ``primary`` (a key no fleet reads) until it holds ``at_least`` bytes
     unsent for its (frozen) replicas: the kernel's socket buffers are full, so every write
     from now on stays in the primary's memory. Returns the bytes unsent."""
@@ -129,9 +139,9 @@ def starve_replicas(primary: Node, at_least: int = UNSENT_AT_LEAST, limit: int =
             held = unsent(primary)
             if held >= at_least:
                 return held
-    raise AssertionError(f"{primary} sent {limit} MB to a frozen replica without holding "
-                         f"{at_least} bytes back")
+    raise AssertionError(f"{primary} sent {limit * JUNK_CHUNK} bytes to a frozen replica "
+                         f"without holding {at_least} back")
 
 
-__all__ = ["all_applied", "audit_on", "chaos_env", "ends", "records_on", "starts",
-           "starve_replicas", "state_on", "unsent", "until"]
+__all__ = ["all_applied", "audit_on", "chaos_env", "ends", "records_on", "repl_offset",
+           "starts", "starve_replicas", "state_on", "unsent", "until"]
