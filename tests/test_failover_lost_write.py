@@ -15,11 +15,16 @@ version (the chaos handler writes each start with the version its replica had ap
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
+from coordinator.demo.localredis import free_port
 from coordinator.fleet.fleet import Fleet
 from replica.contract import now_utc
 from replica.control.connect import connect
@@ -35,25 +40,52 @@ from tests.failoverkit import (
     unsent,
     until,
 )
-from tests.fleetkit import run_cli
+from tests.fleetkit import FLEETGATE, ROOT, run_cli
 from tests.hakit import logs, pools, until_following, until_pools
-from tests.procs import enqueue, replica_processes
+from tests.procs import AUTH, TOKEN, Processes, ReplicaProcess, enqueue, replica_processes
 from tests.topology import SentinelGroup, sentinel_group_fixture  # noqa: F401 (the fixture)
 
+FLEET = "orders"
+"""The fleet of the ACL case: its replica user is ``replica-orders``."""
+PASSWORDS = {
+    "REDIS_ADMIN_PASSWORD": "lw-admin-password-000001",
+    "REDIS_COORDINATOR_PASSWORD": "lw-coordinator-password-01",
+    "REDIS_REPLICA_PASSWORD_ORDERS": "lw-replica-orders-password-1",
+}
+RENDER_ACL = ROOT / "deploy" / "k8s" / "base" / "redis" / "render-acl.sh"
+USERS_ACL = ROOT / "deploy" / "k8s" / "base" / "redis" / "users.acl"
 REPLICAS = 3
 ITEMS = 2000
 """More than the replicas can work through before the pause (0.05 s each, 2 workers each)."""
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(240)
-async def test_a_pause_the_failover_lost_is_restored_by_the_replicas_that_applied_it(
-    sentinel_group: SentinelGroup, fleet_name: str, tmp_path: Path
-) -> None:
-    url = sentinel_group.url
+def load_deploy_users(group: SentinelGroup, rendered: Path) -> None:
+    """deploy/'s users rendered for FLEET, loaded on both servers (the replica becomes the
+    master) with ``ACL SETUSER``; ``default`` stays open (the fixture's probes, the sentinels,
+    the replication link)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **PASSWORDS}
+    done = subprocess.run(["sh", str(RENDER_ACL), str(USERS_ACL), str(rendered), FLEET], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    for server in group.servers:
+        with server.client() as admin:
+            for line in rendered.read_text(encoding="utf-8").splitlines():
+                _, name, *rules = line.split()
+                if name != "default":
+                    admin.execute_command("ACL", "SETUSER", name, *rules)
+
+
+async def lost_write_drill(
+    sentinel_group: SentinelGroup, fleet_name: str, tmp_path: Path, *, replica_url: str,
+    url: str, restorers: Callable[[list[str]], set[str]], cli_env: dict[str, str] | None = None,
+) -> list[ReplicaProcess]:
+    """The scenario, the replicas on ``replica_url`` and the operator (``Fleet``, the CLI) on
+    ``url``; ``restorers(ids)`` are who may have written the ``restore``. Returns the replicas
+    (stopped), for their logs."""
     history = tmp_path / "history"
     history.mkdir()
-    env = chaos_env(url, fleet_name, history, workers=2, demo_item_seconds=0.05, claim_idle=5)
+    env = chaos_env(replica_url, fleet_name, history, workers=2, demo_item_seconds=0.05,
+                    claim_idle=5)
     redis = connect(url, decode_responses=True, socket_timeout=2, socket_connect_timeout=1)
     try:
         async with replica_processes(REPLICAS, env, tmp_path, prefix="lw") as procs, \
@@ -77,7 +109,7 @@ async def test_a_pause_the_failover_lost_is_restored_by_the_replicas_that_applie
                 before_pause = repl_offset(old)
                 paused = await asyncio.to_thread(
                     run_cli, "pause", "--reason", "lost write drill", "--redis-url", url,
-                    fleet=fleet_name)
+                    fleet=fleet_name, env=cli_env)
                 assert paused.returncode == 4, paused.stdout + paused.stderr
                 assert "not confirmed by a replica" in paused.stderr
                 version = int(state_on(old, fleet_name)["version"])
@@ -111,7 +143,7 @@ async def test_a_pause_the_failover_lost_is_restored_by_the_replicas_that_applie
                 assert not any(e.get("version") == str(version) and e.get("action") != "restore"
                                for e in audit), f"the pause reached the promoted node: {audit}"
                 restores = [e for e in audit if e.get("action") == "restore"]
-                assert restores and all(e["by"] in ids for e in restores)
+                assert restores and all(e["by"] in restorers(ids) for e in restores), restores
                 assert max(int(e["version"]) for e in restores) == final
 
                 # nothing started at a paused version, on any replica
@@ -120,7 +152,7 @@ async def test_a_pause_the_failover_lost_is_restored_by_the_replicas_that_applie
                 assert early and not any(e["version"] in held_versions or e["held"] for e in early)
 
                 resumed = await asyncio.to_thread(run_cli, "resume", "--redis-url", url,
-                                                  fleet=fleet_name)
+                                                  fleet=fleet_name, env=cli_env)
                 assert resumed.returncode == 0, resumed.stderr
                 await until("items to start again after the resume",
                             lambda: True if any(e["version"] > final for e in starts(history))
@@ -132,3 +164,56 @@ async def test_a_pause_the_failover_lost_is_restored_by_the_replicas_that_applie
                 raise
     finally:
         await redis.aclose()
+    return procs
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+async def test_a_pause_the_failover_lost_is_restored_by_the_replicas_that_applied_it(
+    sentinel_group: SentinelGroup, fleet_name: str, tmp_path: Path
+) -> None:
+    url = sentinel_group.url
+    procs = await lost_write_drill(sentinel_group, fleet_name, tmp_path, replica_url=url,
+                                   url=url, restorers=set)
+    assert any("restored the state hash" in rp.log() for rp in procs)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+async def test_under_the_deploy_acl_the_coordinators_watcher_restores_the_lost_pause_instead(
+    sentinel_group: SentinelGroup, tmp_path: Path, processes: Processes
+) -> None:
+    """The replicas as ``replica-orders`` (they may not write the state: their restore is
+    refused), the CLI and a real ``fleetgate serve`` as ``coordinator``, whose watcher puts the
+    pause back from the replicas' records on the new primary."""
+    await asyncio.to_thread(load_deploy_users, sentinel_group, tmp_path / "users.acl")
+    url = sentinel_group.sentinel_url(user="coordinator",
+                                      password=PASSWORDS["REDIS_COORDINATOR_PASSWORD"])
+    replica_url = sentinel_group.sentinel_url(
+        user=f"replica-{FLEET}", password=PASSWORDS["REDIS_REPLICA_PASSWORD_ORDERS"])
+    port = free_port()
+    serve_env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETGATE_")}
+    serve_env.update({"FLEETGATE_REDIS_URL": url, "FLEETGATE_FLEET": FLEET,
+                      "FLEETGATE_ADMIN_TOKEN": TOKEN, "FLEETGATE_RESTORE_INTERVAL": "0.5"})
+    with (tmp_path / "serve.log").open("w") as log:
+        serve = processes.start([FLEETGATE, "serve", "--port", str(port)], stdout=log,
+                                stderr=log, env=serve_env, cwd=ROOT)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as api:
+
+        async def serving() -> bool | None:
+            with contextlib.suppress(httpx.TransportError):
+                return True if (await api.get("/api/fleet", headers=AUTH)).status_code == 200 \
+                    else None
+            assert serve.poll() is None, (tmp_path / "serve.log").read_text()
+            return None
+
+        async with asyncio.timeout(60):
+            while True:
+                if await serving():
+                    break
+                await asyncio.sleep(0.1)
+    procs = await lost_write_drill(
+        sentinel_group, FLEET, tmp_path, replica_url=replica_url, url=url,
+        restorers=lambda ids: {"coordinator"}, cli_env={"FLEETGATE_REDIS_URL": url})
+    assert any("cannot restore the state hash" in rp.log() for rp in procs)
+    assert "restored" in (tmp_path / "serve.log").read_text()
