@@ -8,9 +8,12 @@ import ssl
 
 import pytest
 from redis.asyncio.connection import SSLConnection
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MovedError, ResponseError
 
+from coordinator.demo.localredis import free_port
 from coordinator.fleet.fleet import Fleet
 from replica import FleetController, PausablePool
 from replica.contract import Keys, restore_args
@@ -21,13 +24,16 @@ from replica.control.redisio import Link
 from replica.control.slots import SlotRedis, command_key
 from replica.control.subscription import Subscription
 from replica.errors import ContractError, OutcomeUnknown
+from tests.clikit import one_line
 from tests.cpkit import until
+from tests.fleetkit import run_cli
 from tests.topology import (  # noqa: F401 (the fixtures)
     Cluster,
     Node,
     SentinelGroup,
     redis_cluster_fixture,
     sentinel_group_fixture,
+    shared_cluster_fixture,
 )
 
 
@@ -92,9 +98,9 @@ async def test_a_closed_sentinel_client_leaves_no_connection_on_the_sentinels_or
 
 
 async def test_a_cluster_client_reaches_every_slot_runs_scripts_and_pipelines_where_the_keys_are(
-    redis_cluster: Cluster,
+    shared_cluster: Cluster,
 ) -> None:
-    client = connect(redis_cluster.url, decode_responses=True)
+    client = connect(shared_cluster.url, decode_responses=True)
     assert isinstance(client, SlotRedis)
     try:
         fleets = [f"f{i}" for i in range(12)]  # spread over the three primaries
@@ -102,7 +108,7 @@ async def test_a_cluster_client_reaches_every_slot_runs_scripts_and_pipelines_wh
             await client.set(f"fleetgate:{{{name}}}:x", name)
         for name in fleets:
             key = f"fleetgate:{{{name}}}:x"
-            with redis_cluster.primary_for(key).client() as node:
+            with shared_cluster.primary_for(key).client() as node:
                 assert node.get(key) == name
         script = client.register_script("return redis.call('GET', KEYS[1])")
         assert [await script(keys=[f"fleetgate:{{{n}}}:x"]) for n in fleets] == fleets
@@ -116,37 +122,37 @@ async def test_a_cluster_client_reaches_every_slot_runs_scripts_and_pipelines_wh
 
 
 async def test_on_a_cluster_the_restore_script_spublishes_to_the_fleets_sharded_subscribers(
-    redis_cluster: Cluster,
+    shared_cluster: Cluster,
 ) -> None:
-    keys = Keys("orders")
-    client = connect(redis_cluster.url, decode_responses=True)
+    keys = Keys("restored")
+    client = connect(shared_cluster.url, decode_responses=True)
     sub = Subscription(client, keys.control)
     try:
         assert sub.sharded
         await sub.open()
         assert (await sub.read(10.0))[0] == b"subscribe"
-        with redis_cluster.primary_for(keys.control).client() as node:
+        with shared_cluster.primary_for(keys.control).client() as node:
             assert node.execute_command("PUBSUB", "SHARDNUMSUB", keys.control)[1] == 1
-        state = FleetState.from_hash("orders", {"paused": "1", "version": "4", "reason": "r"})
+        state = FleetState.from_hash("restored", {"paused": "1", "version": "4", "reason": "r"})
         script = client.register_script(RESTORE_STATE_LUA)
         args = restore_args(state, "pod-1", sharded=True)
         assert await script(keys=[keys.state, keys.audit, keys.control], args=args) == 1
         message = await sub.read(10.0)
         assert message[0] == b"message" and message[1] == keys.control.encode()
-        assert FleetState.from_json(message[2].decode(), "orders").version == 4
+        assert FleetState.from_json(message[2].decode(), "restored").version == 4
     finally:
         await sub.close()
         await client.aclose()
 
 
 async def test_a_key_of_another_slot_on_a_fleets_connection_is_the_callers_error_not_a_reconnect(
-    redis_cluster: Cluster,
+    shared_cluster: Cluster,
 ) -> None:
-    keys = Keys("orders")
-    client = connect(redis_cluster.url, decode_responses=True)
+    keys = Keys("linked")
+    client = connect(shared_cluster.url, decode_responses=True)
     link = Link(client, keys.state)
     other = next(k for k in (f"other-{i}" for i in range(100))
-                 if redis_cluster.primary_for(k) is not redis_cluster.primary_for(keys.state))
+                 if shared_cluster.primary_for(k) is not shared_cluster.primary_for(keys.state))
     try:
         assert pool_for(client, keys.state) is pool_for(client, keys.control)
         (first,) = await link.call([("HSET", keys.state, "paused", "0")])
@@ -180,7 +186,7 @@ async def test_the_urls_credentials_reach_the_sentinels_and_the_master_each_thei
         assert await client.acl_whoami() == "app"
     finally:
         await client.aclose()
-    wrong = connect(url("nope"), decode_responses=True, socket_connect_timeout=1)
+    wrong = connect(url("nope"), decode_responses=True, retry=Retry(NoBackoff(), 0))
     try:
         with pytest.raises(RedisConnectionError):
             await wrong.ping()
@@ -259,3 +265,20 @@ async def test_a_manual_cluster_failover_moves_the_sharded_subscription_and_chan
 def shard_count(node: Node, channel: str) -> int:
     with node.client() as c:
         return int(c.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1])
+
+
+@pytest.mark.parametrize(
+    ("scheme", "path", "says"),
+    [("redis+sentinel", "/svc", "no sentinel names a master for 'svc'"),
+     ("redis+cluster", "", "no cluster node answered CLUSTER SLOTS")],
+)
+def test_the_cli_says_in_one_short_line_why_each_node_gave_nothing(
+    scheme: str, path: str, says: str
+) -> None:
+    ports = [free_port(), free_port()]  # nothing listens there
+    url = f"{scheme}://app:s3cret@" + ",".join(f"127.0.0.1:{p}" for p in ports) + path
+    done = run_cli("status", "--redis-url", url, fleet="orders", timeout=30)
+    assert done.returncode == 1
+    line = one_line(done.stderr)
+    assert says in line and all(f"127.0.0.1:{p}:" in line for p in ports)
+    assert "s3cret" not in done.stderr and len(line) < 600

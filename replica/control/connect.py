@@ -31,13 +31,45 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection, ConnectionPool, SSLConnection
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import (
+    MasterNotFoundError,
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+)
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from replica.contract.urls import RedisTarget, Topology, parse_redis_url
 from replica.control.slots import NotServedHere, SlotRedis
 
 log = logging.getLogger(__name__)
+
+
+class _Sentinel(Sentinel):
+    """redis-py's ``Sentinel``, whose "no master" error is one short line: each sentinel's
+    address and why it gave no master (redis-py's lists whole client reprs)."""
+
+    async def discover_master(self, service_name: str) -> Any:
+        why: list[str] = []
+        for number, sentinel in enumerate(self.sentinels):
+            kwargs = sentinel.connection_pool.connection_kwargs
+            where = f"{kwargs.get('host')}:{kwargs.get('port')}"
+            try:
+                masters: Any = await sentinel.sentinel_masters()
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                why.append(f"{where}: {' '.join(str(exc).split()) or type(exc).__name__}")
+                continue
+            state = masters.get(service_name)
+            if state and self.check_master_state(state, service_name):
+                self.sentinels[0], self.sentinels[number] = sentinel, self.sentinels[0]
+                ip = self._force_master_ip if self._force_master_ip is not None else state["ip"]
+                return ip, state["port"]
+            why.append(f"{where}: no master {service_name!r} in a good state")
+        raise MasterNotFoundError(f"no sentinel names a master for {service_name!r} ({'; '.join(why)})")
 
 
 class _SentinelConnection(SentinelManagedConnection):
@@ -93,7 +125,10 @@ def connect(url: str | RedisTarget, **options: Any) -> Redis:
         if target.tls:
             sentinel_kwargs["ssl"] = True
             sentinel_kwargs.update(target.tls_options)
-        sentinels = Sentinel(  # type: ignore[no-untyped-call]
+        # one try per sentinel and discovery: the discovery tries them all, and its caller
+        # retries (redis-py's default, ten tries with backoff, took 14 s to say "unreachable")
+        sentinel_kwargs["retry"] = Retry(NoBackoff(), 0)
+        sentinels = _Sentinel(  # type: ignore[no-untyped-call]
             list(target.hosts), sentinel_kwargs=sentinel_kwargs
         )
         client: Redis = sentinels.master_for(

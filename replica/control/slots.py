@@ -119,7 +119,7 @@ class SlotMap:
         async with self._lock:
             if self._ranges:  # another connect refreshed it meanwhile
                 return
-            last: BaseException | None = None
+            why: list[str] = []
             for host, port in list(dict.fromkeys(self.nodes + self.seeds)):
                 conn = self.direct(host, port)
                 try:
@@ -127,7 +127,7 @@ class SlotMap:
                     await conn.send_command("CLUSTER", "SLOTS")
                     raw = await conn.read_response()
                 except (RedisError, OSError) as exc:
-                    last = exc
+                    why.append(f"{host}:{port}: {' '.join(str(exc).split()) or type(exc).__name__}")
                     continue
                 finally:
                     await conn.disconnect(nowait=True)
@@ -137,7 +137,7 @@ class SlotMap:
                     self.nodes = nodes or self.nodes
                     self.refreshes += 1
                     return
-            raise RedisConnectionError(f"no cluster node answered CLUSTER SLOTS ({last!r})")
+            raise RedisConnectionError(f"no cluster node answered CLUSTER SLOTS ({'; '.join(why)})")
 
     @staticmethod
     def _parse(raw: Any, asked: str) -> tuple[list[tuple[int, int, tuple[str, int]]],
