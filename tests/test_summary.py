@@ -137,3 +137,23 @@ def test_status_prints_at_most_20_rows_problem_ones_first_and_every_row_with_all
         body = json.loads(run(capsys, "status", "--json", "--all")[1])
         assert set(body) == {"fleet", "state", "replicas", "summary"}
         assert len(body["replicas"]) == 25
+
+
+def test_status_names_each_hold_of_the_fleet(
+    redis_url: str, fleet_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def hold_twice() -> None:
+        redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            fleet = Fleet(redis, fleet_name)
+            await fleet.pause("db failover", by="alice", hold="db")
+            await fleet.pause("deploy 4.2", by="bob", hold="deploy")
+        finally:
+            await redis.aclose()
+
+    asyncio.run(hold_twice())
+    with environment(FLEETGATE_REDIS_URL=redis_url, FLEETGATE_FLEET=fleet_name):
+        code, out, _ = run(capsys, "status")
+    assert code == 0 and "PAUSED" in out
+    assert "db (active: 'db failover' by alice)" in out
+    assert "deploy (active: 'deploy 4.2' by bob)" in out
