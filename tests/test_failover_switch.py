@@ -85,9 +85,7 @@ def running(found: dict[str, Any] | None) -> dict[str, Any] | None:
     return found if found is not None and found["state"].get("paused") != "1" else None
 
 
-async def pause_during_switch(
-    via: str, group: SentinelGroup, fleet: Fleet, url: str, reason: str
-) -> str:
+async def pause_during_switch(via: str, fleet: Fleet, url: str, reason: str) -> str:
     """Pause through ``via`` (``cli`` or ``fleet``); what the caller was told: ``ok``,
     ``not-confirmed`` or the error."""
     if via == "cli":
@@ -149,8 +147,7 @@ async def test_a_pause_during_a_sentinel_failover_is_reported_not_confirmed_or_h
                     await until("the sentinels to accept a failover",
                                 lambda: failover_command(sentinel_group))
                     await asyncio.sleep(delay)  # the timing under test, not a synchronisation
-                    told = await pause_during_switch(via, sentinel_group, fleet, url,
-                                                     f"switch round {i}")
+                    told = await pause_during_switch(via, fleet, url, f"switch round {i}")
                     new = await asyncio.to_thread(sentinel_group.wait_for_failover, old)
                     since = format_time(now_utc())
                     after = await until(
