@@ -1,6 +1,7 @@
 """What the coordinator shows: the stable JSON shapes and the human tables (rich).
 
-The status shape (``fleetgate status --json`` and ``GET /api/fleet``)::
+The status shape (``fleetgate status --json --all`` and ``GET /api/fleet``; without ``--all``
+``status --json`` prints the summary shape, ``coordinator.fleet.summary.FleetSummary``)::
 
     {"fleet": "orders",
      "state": FleetState.to_dict(),
