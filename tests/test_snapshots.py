@@ -105,3 +105,19 @@ async def test_the_records_are_read_in_batches_of_at_most_batch_records(
     # 3 calls (10 + 10 + 3 records), each record one HGETALL inside, and the state's
     assert counted == {"evalsha": 3, "hgetall": 23 + 1}
     assert 1 <= BATCH <= 500
+
+
+async def test_snapshots_of_fleets_asked_for_once_do_not_pile_up(
+    client: aioredis.Redis, fleet_name: str
+) -> None:
+    snapshots = Snapshots(interval=60)
+    snapshots.max_entries = 3
+    kept = Fleet(client, fleet_name)
+    await snapshots.snap(kept)
+    for i in range(10):
+        await snapshots.snap(Fleet(client, f"{fleet_name}-{i}"))
+        await snapshots.snap(kept)  # asked for again and again: never the one dropped
+    assert len(snapshots) == 3
+    reads = snapshots.reads_of(fleet_name)
+    await snapshots.snap(kept)
+    assert snapshots.reads_of(fleet_name) == reads  # still cached, not read again

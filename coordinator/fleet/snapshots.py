@@ -45,6 +45,9 @@ from replica.control.redisio import uncancelled
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL = 1.0
+MAX_ENTRIES = 2048
+"""The most fleets whose snapshots are kept: past it, the least recently asked for (with no
+read under way) is dropped, so names asked for once do not pile up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,15 +93,19 @@ class Snapshots:
         self.interval = max(0.0, float(interval))
         self._clock = clock
         self._entries: dict[str, _Entry] = {}
+        self.max_entries = MAX_ENTRIES
         self.reads = 0
         """Reads of the records made, every fleet's (for tests and the bench)."""
 
     async def snap(self, fleet: Fleet) -> Snap:
         """The fleet's snapshot: the cached one when it is fresh and its fingerprint matches,
         else a new read (shared by every caller meanwhile)."""
-        entry = self._entries.get(fleet.name)
+        entry = self._entries.pop(fleet.name, None)
         if entry is None:
-            entry = self._entries[fleet.name] = _Entry(fleet)
+            entry = _Entry(fleet)
+        self._entries[fleet.name] = entry  # the most recently asked for last
+        if len(self._entries) > self.max_entries:
+            self._evict()
         asked = self._clock()
         current = await self._fingerprint(fleet)
         snap: Snap | None = None
@@ -129,6 +136,15 @@ class Snapshots:
         """The fleet's summary (``summary.summarize``) from the snapshot, at ``now``."""
         snap = await self.snap(fleet)
         return summarize(snap.status, now, max_pause, figures=snap.figures, read_at=snap.read_at)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _evict(self) -> None:
+        for name in [n for n, e in self._entries.items() if e.task is None]:
+            if len(self._entries) <= self.max_entries:
+                return
+            del self._entries[name]
 
     def reads_of(self, name: str) -> int:
         """Reads of the records of fleet ``name`` made so far."""
