@@ -46,6 +46,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Final
 
+from bench.chaos.exits import check_exits, count_operator
 from bench.chaos.history import Event
 from bench.chaos.timeline import Change, Life, Run, Timeline
 from bench.chaos.verdict import KNOWN, RULES, CheckResult, RuleResult
@@ -54,9 +55,6 @@ SLACK_S: Final = 0.1
 """Rule 2's allowance beyond ``poll_interval``."""
 TIME_TOLERANCE_S: Final = 0.002
 """Times written with millisecond precision are up to 1 ms early."""
-CLI_STATUSES: Final = frozenset({0, 1, 3, 5})
-REFUSED_STATUS: Final = 2
-"""A resume naming no hold while the fleet had several is refused with 2 (nothing changed)."""
 def _fmt_t(t: float, t0: float) -> str:
     return f"t+{t - t0:.3f}s"
 
@@ -84,13 +82,7 @@ class Checker:
         result.phase = tl.phase
         result.complete = tl.phase in ("done", "stopped")
         result.faults = Counter(w.kind for w in tl.windows)
-        for op in tl.ops:
-            args = op.get("args") or {}
-            result.operator.update(
-                kind for kind, hit in (("named hold", bool(args.get("hold"))),
-                                       ("window", "at" in args),
-                                       ("resume --all", bool(args.get("all"))),
-                                       ("refused", op.get("result") == "refused")) if hit)
+        result.operator = count_operator(tl)
         self.rule1(result.rules[1])
         self.rule2(result.rules[2], result)
         self.rule3(result.rules[3], result)
@@ -374,39 +366,7 @@ class Checker:
     # ------------------------------------------------------------------ 7
 
     def rule7(self, r: RuleResult) -> None:
-        for e in self.tl.exits:
-            r.checked += 1
-            status = e.get("status")
-            who = f"{e.get('replica') or e.get('process', 'a process')} (pid {e.get('pid')})"
-            if status not in (0, None) and not e.get("killed"):
-                r.fail(f"{who} exited with status {status} at {self.at(float(e['t']))}"
-                       + (" after it was asked to stop" if e.get("stopping") else ""))
-        for op in self.tl.ops:
-            if op.get("via") != "cli" or op.get("result") == "cancelled":
-                continue
-            r.checked += 1
-            stderr = str(op.get("stderr") or "")
-            if op.get("hung"):
-                r.fail(f"fleetgate {op.get('action')} ran past its --timeout at "
-                       f"{self.at(float(op['t0']))}")
-            elif op.get("exit") == REFUSED_STATUS and _refused_resume(op):
-                continue
-            elif op.get("exit") not in CLI_STATUSES or "Traceback" in stderr:
-                r.fail(f"fleetgate {op.get('action')} exited {op.get('exit')} at "
-                       f"{self.at(float(op['t']))}: {stderr.strip()[-200:]}")
-
-
-def _refused_resume(op: Event) -> bool:
-    """A CLI resume refused with one line: it named no hold while the fleet had several, or
-    named a hold the fleet did not have (any more: a window ended by itself meanwhile)."""
-    args = op.get("args") or {}
-    stderr = str(op.get("stderr") or "")
-    if op.get("action") != "resume" or args.get("all") or "Traceback" in stderr or \
-            len(stderr.strip().splitlines()) != 1:
-        return False
-    if args.get("hold"):
-        return f"has no hold '{args['hold']}'" in stderr
-    return " holds (" in stderr
+        check_exits(self.tl, r, self.at)
 
 
 def _entry(value: object) -> tuple[int, int] | None:
