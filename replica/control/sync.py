@@ -30,7 +30,7 @@ import logging
 import random
 import time
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
@@ -44,7 +44,6 @@ from replica.contract import (
     restore_args,
     text,
 )
-from replica.contract.keys import FLEETS_KEY
 from replica.contract.scripts import RESTORE_RAISED
 from replica.control.applier import StateApplier
 from replica.control.channel import ControlChannel
@@ -53,11 +52,10 @@ from replica.control.options import ControllerSettings
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
 from replica.control.redisio import NET_ERRORS, Backoff, Link, as_mapping, uncancelled
+from replica.control.registration import REGISTER_TIMEOUT_S, register
 
 log = logging.getLogger(__name__)
 
-REGISTER_TIMEOUT_S: Final = 1.0
-"""The longest the registry write may hold the loop up (it runs every few minutes)."""
 
 
 class SyncLoop:
@@ -372,27 +370,8 @@ class SyncLoop:
                         "paused" if state.paused else "running", self.restores)
 
     async def _register(self) -> None:
-        """Note the fleet in the registry of fleets (``FLEETS_KEY``), on the link in a round
-        trip of its own (never in a script or a pipeline with the fleet's keys: the key has no
-        hash tag). A cluster node that does not serve its slot answers MOVED: then it goes
-        through the client, which routes it. Bounded; a lost write is tried again at the next
-        heartbeat, a refusal (an ACL without it) at the next ``REGISTRY_EVERY_S``."""
-        now_ms = int(time.time() * 1000)
-        command = ("ZADD", FLEETS_KEY, now_ms, self._fleet)
-        try:
-            async with asyncio.timeout(min(self._io_timeout, REGISTER_TIMEOUT_S)):
-                (reply,) = await uncancelled(self._link.call([command]))
-                if isinstance(reply, ResponseError) and self._redis is not None and \
-                        str(reply).startswith(("MOVED", "ASK")):
-                    reply = await uncancelled(self._redis.zadd(FLEETS_KEY, {self._fleet: now_ms}))
-            if isinstance(reply, BaseException):
-                raise reply
-        except ResponseError as exc:
-            log.debug("fleet %s replica %s: registry of fleets refused: %r",
-                      self._fleet, self._replica_id, exc)
-        except Exception as exc:  # bookkeeping: it never ends the loop
-            log.debug("fleet %s replica %s: registry of fleets not written: %r",
-                      self._fleet, self._replica_id, exc)
+        if not await register(self._link, self._redis, self._fleet,
+                              min(self._io_timeout, REGISTER_TIMEOUT_S)):
             self._record.registry_unsent()
 
     async def remove_record(self, timeout: float) -> None:
