@@ -133,28 +133,11 @@ async def pause_outcome(
     change did (``change``: ``HoldChange.to_dict``); a hold past the most a fleet may have is a
     409 (``hold_conflict``)."""
     window = body.window
-    started, states = now_utc(), list[FleetState]()
-
-    async def change() -> FleetState:
-        try:
-            state = await fleet.pause(
-                body.reason, by=by, expected_for=window,
-                auto_resume_after=window if body.auto_resume else None,
-                hold=body.hold, starts_at=body.starts_at,
-            )
-        except NotConfirmed as exc:
-            states.append(exc.state)
-            raise
-        states.append(state)
-        return state
-
-    try:
-        outcome = await bounded_change(
-            fleet, change, wait=body.wait, timeout=body.timeout, max_wait=max_wait
-        )
-    except HoldConflict as exc:
-        return hold_conflict(exc)
-    return await _with_change(fleet, outcome, "pause", body.hold, started, states)
+    return await _recorded(fleet, "pause", body.hold, body.wait, body.timeout, max_wait,
+                           lambda: fleet.pause(
+                               body.reason, by=by, expected_for=window,
+                               auto_resume_after=window if body.auto_resume else None,
+                               hold=body.hold, starts_at=body.starts_at))
 
 
 async def resume_outcome(
@@ -164,13 +147,22 @@ async def resume_outcome(
     (``bounded_change``), with what the change did; an ambiguous resume is a 409, a hold the
     fleet does not have a 404 (``hold_conflict``), and nothing changed."""
     stagger = None if body.stagger_seconds is None else timedelta(seconds=body.stagger_seconds)
+    return await _recorded(fleet, "resume", body.hold, body.wait, body.timeout, max_wait,
+                           lambda: fleet.resume(by=by, stagger=stagger, reason=body.reason,
+                                                hold=body.hold, all=body.all_))
+
+
+async def _recorded(
+    fleet: Fleet, action: str, hold: str | None, wait: bool, timeout: float, max_wait: float,
+    call: Callable[[], Awaitable[FleetState]],
+) -> Outcome:
+    """Run the change ``call`` through ``bounded_change``, keeping the state it made (also when
+    no replica confirmed it: ``NotConfirmed`` carries it) for what the change did."""
     started, states = now_utc(), list[FleetState]()
 
     async def change() -> FleetState:
         try:
-            state = await fleet.resume(
-                by=by, stagger=stagger, reason=body.reason, hold=body.hold, all=body.all_
-            )
+            state = await call()
         except NotConfirmed as exc:
             states.append(exc.state)
             raise
@@ -178,12 +170,11 @@ async def resume_outcome(
         return state
 
     try:
-        outcome = await bounded_change(
-            fleet, change, wait=body.wait, timeout=body.timeout, max_wait=max_wait
-        )
+        outcome = await bounded_change(fleet, change, wait=wait, timeout=timeout,
+                                       max_wait=max_wait)
     except HoldConflict as exc:
         return hold_conflict(exc)
-    return await _with_change(fleet, outcome, "resume", body.hold, started, states)
+    return await _with_change(fleet, outcome, action, hold, started, states)
 
 
 def hold_conflict(exc: HoldConflict) -> Outcome:
