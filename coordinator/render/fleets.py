@@ -39,30 +39,34 @@ from replica.contract.holds import ACTIVE, SCHEDULED
 def fleet_row(
     status: FleetStatus, now: datetime, max_pause: float, activity_ms: float | None = None
 ) -> dict[str, Any]:
-    """One fleet: paused or not (and why, by whom, since when, its holds, each with its
-    ``status`` at ``now``, when the state has them), its replicas live, stale and unacknowledged, the pause's age, whether overdue."""
-    state = status.state
-    s = summary(state, status.replicas, now, max_pause, status.unreadable)
-    paused = bool(s["effectively_paused"])
-    row: dict[str, Any] = {
+    """One fleet (``row``) from its status, its figures counted here."""
+    s = summary(status.state, status.replicas, now, max_pause, status.unreadable)
+    return row(status.state, s, now, activity_ms)
+
+
+def row(
+    state: FleetState, counts: dict[str, Any], now: datetime, activity_ms: float | None = None
+) -> dict[str, Any]:
+    """One fleet of ``fleetgate fleets --json`` and ``GET /api/fleets``: paused or not (and why,
+    by whom, since when, its holds when the state has them, each with its ``status`` at
+    ``now``), its replicas live, stale and unacknowledged, the pause's age, whether overdue.
+    ``counts`` are the summary's figures (``summary()`` or ``FleetSummary.counts()``)."""
+    paused = bool(counts["effectively_paused"])
+    out: dict[str, Any] = {
         "fleet": state.fleet,
         "paused": paused,
         "reason": state.reason if paused else "",
         "by": state.by,
         "since": format_time(state.since) or None,
         "version": state.version,
-        "replicas": s["replicas"],
-        "live": s["live"],
-        "stale": s["stale"],
-        "unacknowledged": s["unacknowledged"],
-        "unreadable": s["unreadable"],
-        "pause_age_s": s["pause_age_s"],
-        "overdue": s["overdue"],
-        "last_activity": None if activity_ms is None else _ms_time(activity_ms),
+        **{k: counts[k] for k in ("replicas", "live", "stale", "unacknowledged", "unreadable",
+                                  "pause_age_s", "overdue")},
+        "last_activity": None if activity_ms is None else format_time(
+            datetime.fromtimestamp(activity_ms / 1000, tz=UTC)),
     }
     if state.holds is not None:
-        row["holds"] = holds_dict(state, now)
-    return row
+        out["holds"] = holds_dict(state, now)
+    return out
 
 
 def sort_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -139,8 +143,6 @@ def overview_renderable(overview: Overview, max_pause: float) -> RenderableType:
     return Group(*parts)
 
 
-def _ms_time(ms: float) -> str:
-    return format_time(datetime.fromtimestamp(ms / 1000, tz=UTC))
-
-
-__all__ = ["active_hold_names", "fleet_row", "overview_dict", "overview_renderable", "sort_rows"]
+__all__ = [
+    "active_hold_names", "fleet_row", "overview_dict", "overview_renderable", "row", "sort_rows",
+]

@@ -17,9 +17,9 @@ change or a replica joining or leaving).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 from fastapi import Request
@@ -31,7 +31,8 @@ from coordinator.fleet.registry import read_registry
 from coordinator.fleet.snapshots import Snapshots
 from coordinator.fleet.summary import FleetSummary
 from coordinator.fleet.views import fleet_body
-from coordinator.render import fleet_status_dict, holds_dict
+from coordinator.render import fleet_status_dict
+from coordinator.render.fleets import row, sort_rows
 from replica.contract import format_time, now_utc
 
 MAX_LISTED: Final = 1000
@@ -71,36 +72,9 @@ async def listed_fleets(redis: Redis) -> Listed:
 def fleet_row(
     fs: FleetSummary, activity_ms: float | None = None, now: datetime | None = None
 ) -> dict[str, Any]:
-    """One fleet in ``GET /api/fleets``: paused or not (and why, by whom, since when, its holds
-    when the state has them, each with its ``status`` at ``now``: scheduled, active or ended),
-    its replicas live, stale and unacknowledged, the pause's age and whether it is overdue."""
-    state, counts = fs.state, fs.counts()
-    paused = bool(counts["effectively_paused"])
-    row: dict[str, Any] = {
-        "fleet": state.fleet,
-        "paused": paused,
-        "reason": state.reason if paused else "",
-        "by": state.by,
-        "since": format_time(state.since) or None,
-        "version": state.version,
-        "replicas": counts["replicas"],
-        "live": counts["live"],
-        "stale": counts["stale"],
-        "unacknowledged": counts["unacknowledged"],
-        "unreadable": counts["unreadable"],
-        "pause_age_s": counts["pause_age_s"],
-        "overdue": counts["overdue"],
-        "last_activity": None if activity_ms is None else _ms_time(activity_ms),
-        "read_at": counts["read_at"],
-    }
-    if state.holds is not None:
-        row["holds"] = holds_dict(state, now or now_utc())
-    return row
-
-
-def sort_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Paused fleets first (overdue ones before), then by name."""
-    return sorted(rows, key=lambda r: (not r["paused"], not r["overdue"], r["fleet"]))
+    """One fleet in ``GET /api/fleets`` (``render.fleets.row``) and when it was read."""
+    counts = fs.counts()
+    return {**row(fs.state, counts, now or now_utc(), activity_ms), "read_at": counts["read_at"]}
 
 
 async def overview(
@@ -122,10 +96,6 @@ async def overview(
         "unreadable": listed.unreadable,
         "now": format_time(now),
     }
-
-
-def _ms_time(ms: float) -> str:
-    return format_time(datetime.fromtimestamp(ms / 1000, tz=UTC))
 
 
 __all__ = [
