@@ -9,7 +9,8 @@ period after start is cut short by a random part, so replicas started together d
 step for good.
 
 Losing Redis is fail-static: the applied state stays, ``connected`` turns false (the record's
-``control`` field reads ``disconnected``), and the loop retries with jittered backoff; with
+``control`` field reads ``disconnected``), and the loop retries with jittered backoff, at most
+half a poll interval apart (so a new primary is followed within one poll interval); with
 ``control_loss="hold"`` the ``ControlLoss`` part (``replica.control.loss``) holds the pool
 once the state has not been read for ``control_loss_after``, and each read here releases it.
 When the
@@ -166,7 +167,9 @@ class SyncLoop:
         applier = self._applier
         outbox = self._outbox
         wake_event = outbox.wake
-        backoff = Backoff(cap=min(self._reconnect_cap, self._poll_interval))
+        # at most half a poll interval between attempts (jittered: half to all of it): once a
+        # new primary answers (a failover) every replica follows within one poll interval
+        backoff = Backoff(cap=min(self._reconnect_cap, self._poll_interval / 2))
         next_poll = time.monotonic()
         next_heartbeat = time.monotonic()
         retry_at = 0.0
