@@ -35,7 +35,9 @@ import httpx
 import redis.asyncio as aioredis
 
 from bench import QUICK
-from bench.fanout import POLL_INTERVAL, ROOT, _commands, _expect, _stop_fleet
+from bench.fanout import POLL_INTERVAL, _commands, _stop_fleet
+from bench.subscribers import ROOT, RawSubscribers, split
+from bench.subscribers import expect as _expect
 from coordinator import Fleet
 from coordinator.demo.localredis import LocalRedis, free_port
 
@@ -60,8 +62,7 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _split(size: int) -> list[int]:
-    base, extra = divmod(size, PROCESSES)
-    return [base + (1 if i < extra else 0) for i in range(PROCESSES) if base or i < extra]
+    return split(size, PROCESSES)
 
 
 def _cpu_s(pid: int) -> float:
@@ -110,93 +111,6 @@ class _Coordinator:
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
-
-
-CONNECT_BATCH = 50
-"""Subscribers a raw worker connects at a time: thousands of connections at once overflow
-Redis's accept queue, and a client whose handshake the server dropped waits for ever."""
-
-
-async def _raw_worker(url: str, channel: str, n: int) -> None:
-    """n plain subscribers, connected CONNECT_BATCH at a time; after each message, the latest
-    receipt time (``bench.fanout``'s protocol: READY, ``GOT <round> <time>``, ``quit``)."""
-    got: dict[int, list[float]] = {}
-    done = asyncio.Event()
-
-    async def listen(pubsub: Any) -> None:
-        while True:
-            message = await pubsub.get_message(timeout=None)
-            if message is None or message["type"] != "message":
-                continue
-            t, data = time.time(), message["data"]
-            if data == b"quit":
-                done.set()
-                return
-            r = int(data)
-            got.setdefault(r, []).append(t)
-            if len(got[r]) == n:
-                print(f"GOT {r} {max(got.pop(r))!r}", flush=True)
-
-    clients: list[aioredis.Redis] = []
-    tasks: list[asyncio.Task[None]] = []
-    for start in range(0, n, CONNECT_BATCH):
-        batch = []
-        for _ in range(min(CONNECT_BATCH, n - start)):
-            client = aioredis.Redis.from_url(url, socket_connect_timeout=10)
-            clients.append(client)
-            batch.append(client.pubsub())
-        await asyncio.gather(*(p.subscribe(channel) for p in batch))
-        for pubsub in batch:  # the confirmation, before the next batch connects
-            message = None
-            while message is None or message["type"] != "subscribe":
-                message = await pubsub.get_message(timeout=30)
-                if message is None:
-                    raise RuntimeError("no subscribe confirmation within 30 s")
-        tasks += [asyncio.create_task(listen(p)) for p in batch]
-    print("READY", flush=True)
-    await done.wait()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    for client in clients:
-        await client.aclose()
-
-
-class _Raw:
-    """``size`` plain subscribers over ``PROCESSES`` processes (``_raw_worker``)."""
-
-    def __init__(self, url: str, size: int) -> None:
-        self._channel = f"fleetgate-bench-big-{uuid.uuid4().hex[:8]}"
-        self._url, self._size = url, size
-        self._procs: list[asyncio.subprocess.Process] = []
-        self._admin = aioredis.Redis.from_url(url)
-        self._round = 0
-
-    async def __aenter__(self) -> _Raw:
-        self._procs = [
-            await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bench.bigfleet", "raw", self._url, self._channel, str(n),
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, cwd=ROOT)
-            for n in _split(self._size)
-        ]
-        await asyncio.gather(*(_expect(p, "READY") for p in self._procs))
-        return self
-
-    async def round(self) -> float:
-        r, self._round = self._round, self._round + 1
-        t0 = time.time()
-        await self._admin.publish(self._channel, str(r))
-        lines = await asyncio.gather(*(_expect(p, f"GOT {r} ") for p in self._procs))
-        return (max(float(line.split()[2]) for line in lines) - t0) * 1000
-
-    async def __aexit__(self, *exc: object) -> None:
-        try:
-            await self._admin.publish(self._channel, "quit")
-            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in self._procs)), 30)
-        finally:
-            for p in self._procs:
-                if p.returncode is None:
-                    p.kill()
-                    await p.wait()
-            await self._admin.aclose()
 
 
 async def _get_ms(client: httpx.AsyncClient, path: str) -> float:
@@ -271,7 +185,8 @@ async def _size(url: str, admin: aioredis.Redis, size: int) -> dict[str, Any]:
             stop.set()
             out["polls"] = await polling
         raw_times, ack_times = [], []
-        async with _Raw(url, size) as raw:
+        async with RawSubscribers(url, f"fleetgate-bench-big-{uuid.uuid4().hex[:8]}", size,
+                                  PROCESSES) as raw:
             for r in range(WARMUP + ROUNDS):
                 await asyncio.sleep(SETTLE_S)
                 raw_time = await raw.round()
@@ -375,8 +290,5 @@ def run() -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["raw"]:
-        asyncio.run(_raw_worker(sys.argv[2], sys.argv[3], int(sys.argv[4])))
-    else:
-        for row in run():
-            print(json.dumps(row))
+    for row in run():
+        print(json.dumps(row))

@@ -33,11 +33,11 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, Final
 
-import redis.asyncio as aioredis
-
 from bench import QUICK
-from bench.fanout import ROOT, _expect, _pause_rounds, _split, _stop_fleet
+from bench.fanout import PROCESSES, _pause_rounds, _split, _stop_fleet
 from bench.redisnode import Node
+from bench.subscribers import ROOT, RawSubscribers
+from bench.subscribers import expect as _expect
 from bench.topology import Cluster, SentinelGroup, binaries_found
 from coordinator import Fleet
 from replica import FleetController, PausablePool
@@ -83,42 +83,6 @@ async def _ctl_worker(url: str, fleet: str, prefix: str, n: int) -> None:
     for c in clients:
         await c.aclose()
     print("STOPPED", flush=True)
-
-
-async def _raw_worker(host: str, port: int, channel: str, n: int) -> None:
-    """n plain shard subscribers of ``channel`` on one node; after each message, the latest
-    receipt time (as ``bench.fanout``'s plain subscribers)."""
-    clients = [aioredis.Redis(host=host, port=port) for _ in range(n)]
-    got: dict[int, list[float]] = {}
-    done = asyncio.Event()
-
-    async def listen(client: aioredis.Redis, ready: asyncio.Event) -> None:
-        async with client.pubsub() as pubsub:
-            await pubsub.ssubscribe(channel)
-            while True:
-                message = await pubsub.get_message(timeout=None)
-                if message is None:
-                    continue
-                if message["type"] == "ssubscribe":
-                    ready.set()
-                    continue
-                t = time.time()
-                if message["data"] == b"quit":
-                    done.set()
-                    return
-                r = int(message["data"])
-                got.setdefault(r, []).append(t)
-                if len(got[r]) == n:
-                    print(f"GOT {r} {max(got.pop(r))!r}", flush=True)
-
-    readies = [asyncio.Event() for _ in range(n)]
-    tasks = [asyncio.create_task(listen(c, e)) for c, e in zip(clients, readies, strict=True)]
-    await asyncio.gather(*(e.wait() for e in readies))
-    print("READY", flush=True)
-    await done.wait()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    for c in clients:
-        await c.aclose()
 
 
 # ---------------------------------------------------------------------------- parent side
@@ -217,43 +181,6 @@ async def _failover_round(topo: Topology, kind: str, size: int) -> dict[str, Any
     }
 
 
-class _ShardSubscribers:
-    """The baseline of the cluster fan-out: ``size`` plain shard subscribers of a channel in
-    the fleet's slot, on the node that serves it; ``round()`` is the ms from one SPUBLISH
-    there to the last of them receiving it."""
-
-    def __init__(self, node: Node, channel: str, size: int) -> None:
-        self._node, self._channel, self._size = node, channel, size
-        self._procs: list[asyncio.subprocess.Process] = []
-        self._admin = aioredis.Redis(host=node.host, port=node.port)
-        self._round = 0
-
-    async def __aenter__(self) -> _ShardSubscribers:
-        self._procs = [await _spawn("raw", self._node.host, str(self._node.port), self._channel,
-                                    str(n)) for n in _split(self._size)]
-        await asyncio.gather(*(_expect(p, "READY") for p in self._procs))
-        return self
-
-    async def round(self) -> float:
-        r = self._round
-        self._round += 1
-        t0 = time.time()
-        await self._admin.spublish(self._channel, str(r))
-        lines = await asyncio.gather(*(_expect(p, f"GOT {r} ") for p in self._procs))
-        return (max(float(line.split()[2]) for line in lines) - t0) * 1000
-
-    async def __aexit__(self, *exc: object) -> None:
-        try:
-            await self._admin.spublish(self._channel, "quit")
-            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in self._procs)), 30)
-        finally:
-            for p in self._procs:
-                if p.returncode is None:
-                    p.kill()
-                    await p.wait()
-            await self._admin.aclose()
-
-
 async def _cluster_fanout(cluster: Cluster, size: int) -> dict[str, Any]:
     name = f"bench-sfan-{size}-{uuid.uuid4().hex[:6]}"
     admin = connect(cluster.url, decode_responses=True, socket_timeout=10)
@@ -264,7 +191,9 @@ async def _cluster_fanout(cluster: Cluster, size: int) -> dict[str, Any]:
     try:
         procs, _ = await _start_fleet(cluster.url, name, size)
         node = await asyncio.to_thread(cluster.primary_for, Keys(name).state)
-        async with _ShardSubscribers(node, f"fleetgate-bench-raw-{{{name}}}", size) as raw:
+        async with RawSubscribers(f"redis://{node.host}:{node.port}/0",
+                                  f"fleetgate-bench-raw-{{{name}}}", size, PROCESSES,
+                                  sharded=True) as raw:
             for r in range(WARMUP + FANOUT_ROUNDS):
                 await asyncio.sleep(SETTLE_S)  # neither starts in the other's tail
                 raw_time = await raw.round()
@@ -315,8 +244,6 @@ def _worker_main(argv: list[str]) -> None:
     kind = argv[0]
     if kind == "ctl":
         asyncio.run(_ctl_worker(argv[1], argv[2], argv[3], int(argv[4])))
-    elif kind == "raw":
-        asyncio.run(_raw_worker(argv[1], int(argv[2]), argv[3], int(argv[4])))
     else:
         raise SystemExit(f"unknown worker {kind!r}")
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import sys
 import time
@@ -31,6 +30,8 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from bench import QUICK
+from bench.subscribers import ROOT, RawSubscribers, split
+from bench.subscribers import expect as _expect
 from coordinator import Fleet
 from coordinator.demo.localredis import LocalRedis
 from replica import FleetController, PausablePool
@@ -48,46 +49,9 @@ POLL_INTERVAL = 1.0
 HEARTBEAT_INTERVAL = 10.0
 STEADY_SIZE = 10 if QUICK else 100
 STEADY_WINDOW_S = 3.0 if QUICK else 20.0
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ---------------------------------------------------------------------------- workers
-
-
-async def _raw_worker(url: str, channel: str, n: int) -> None:
-    """n plain subscribers; after each message, report the latest receipt time."""
-    clients = [aioredis.Redis.from_url(url) for _ in range(n)]
-    got: dict[int, list[float]] = {}
-    done = asyncio.Event()
-
-    async def listen(client: aioredis.Redis, ready: asyncio.Event) -> None:
-        async with client.pubsub() as pubsub:
-            await pubsub.subscribe(channel)
-            while True:
-                message = await pubsub.get_message(timeout=None)
-                if message is None:
-                    continue
-                if message["type"] == "subscribe":
-                    ready.set()
-                    continue
-                t = time.time()
-                data = message["data"]
-                if data == b"quit":
-                    done.set()
-                    return
-                r = int(data)
-                got.setdefault(r, []).append(t)
-                if len(got[r]) == n:
-                    print(f"GOT {r} {max(got.pop(r))!r}", flush=True)
-
-    readies = [asyncio.Event() for _ in range(n)]
-    tasks = [asyncio.create_task(listen(c, e)) for c, e in zip(clients, readies, strict=True)]
-    await asyncio.gather(*(e.wait() for e in readies))
-    print("READY", flush=True)
-    await done.wait()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    for c in clients:
-        await c.aclose()
 
 
 async def _ctl_worker(url: str, fleet: str, prefix: str, n: int, poll: float) -> None:
@@ -133,57 +97,8 @@ async def _spawn(*args: str) -> asyncio.subprocess.Process:
     return proc
 
 
-async def _expect(proc: asyncio.subprocess.Process, word: str, timeout: float = 120.0) -> str:
-    assert proc.stdout is not None
-    while True:
-        line = (await asyncio.wait_for(proc.stdout.readline(), timeout)).decode().strip()
-        if not line:
-            raise RuntimeError(f"worker exited before {word}")
-        if line.startswith(word):
-            return line
-
-
 def _split(size: int) -> list[int]:
-    base, extra = divmod(size, PROCESSES)
-    return [base + (1 if i < extra else 0) for i in range(PROCESSES) if base or i < extra]
-
-
-class _RawSubscribers:
-    """The baseline: ``size`` plain subscribers over the worker processes; ``round()`` is the
-    ms from one PUBLISH to the last of them receiving it."""
-
-    def __init__(self, url: str, size: int) -> None:
-        self._url = url
-        self._size = size
-        self._channel = f"fleetgate-bench-raw-{uuid.uuid4().hex[:8]}"
-        self._procs: list[asyncio.subprocess.Process] = []
-        self._admin = aioredis.Redis.from_url(url)
-        self._round = 0
-
-    async def __aenter__(self) -> _RawSubscribers:
-        self._procs = [await _spawn("raw", self._url, self._channel, str(n))
-                       for n in _split(self._size)]
-        await asyncio.gather(*(_expect(p, "READY") for p in self._procs))
-        return self
-
-    async def round(self) -> float:
-        r = self._round
-        self._round += 1
-        t0 = time.time()
-        await self._admin.publish(self._channel, str(r))
-        lines = await asyncio.gather(*(_expect(p, f"GOT {r} ") for p in self._procs))
-        return (max(float(line.split()[2]) for line in lines) - t0) * 1000
-
-    async def __aexit__(self, *exc: object) -> None:
-        try:
-            await self._admin.publish(self._channel, "quit")
-            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in self._procs)), 30)
-        finally:
-            for p in self._procs:
-                if p.returncode is None:
-                    p.kill()
-                    await p.wait()
-            await self._admin.aclose()
+    return split(size, PROCESSES)
 
 
 async def _start_fleet(url: str, fleet: str, size: int) -> list[asyncio.subprocess.Process]:
@@ -248,7 +163,8 @@ async def _bench(url: str) -> list[dict[str, Any]]:
             fleet = await Fleet(admin, name, wait_poll_interval=0.5).listen()
             procs = await _start_fleet(url, name, size)
             try:
-                async with _RawSubscribers(url, size) as raw_subscribers:
+                async with RawSubscribers(url, f"fleetgate-bench-raw-{uuid.uuid4().hex[:8]}", size,
+                                          PROCESSES) as raw_subscribers:
                     # Rounds alternate between the two, so that whatever the machine does
                     # meanwhile (2 cores, shared) weighs on both alike.
                     raw_times: list[float] = []
@@ -313,9 +229,7 @@ def run() -> list[dict[str, Any]]:
 
 def _worker_main(argv: list[str]) -> None:
     kind = argv[0]
-    if kind == "raw":
-        asyncio.run(_raw_worker(argv[1], argv[2], int(argv[3])))
-    elif kind == "ctl":
+    if kind == "ctl":
         asyncio.run(_ctl_worker(argv[1], argv[2], argv[3], int(argv[4]), float(argv[5])))
     else:
         raise SystemExit(f"unknown worker {kind!r}")
