@@ -126,6 +126,7 @@ class SyncLoop:
             return
         self._connected = value
         self._outbox.record_dirty = True
+        self._outbox.wake.set()  # the record says so at once, not at the next poll
         if value:
             if self._ever_connected:
                 log.info("fleet %s replica %s: control plane connected again at v%d",
