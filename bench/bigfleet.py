@@ -36,8 +36,8 @@ import redis.asyncio as aioredis
 
 from bench import QUICK
 from bench.fanout import POLL_INTERVAL, _commands, _stop_fleet
-from bench.subscribers import ROOT, RawSubscribers, split
-from bench.subscribers import expect as _expect
+from bench.workers import ROOT, RawSubscribers, split
+from bench.workers import expect as _expect
 from coordinator import Fleet
 from coordinator.demo.localredis import LocalRedis, free_port
 

@@ -18,7 +18,7 @@
   the node that serves the fleet's slot. ``WAIT`` is off here (``bench.durability`` measures it).
 
 Run with ``python -m bench bench.failover`` (or ``make bench``). Worker processes are this
-module run as ``python -m bench.failover ctl|raw ...``.
+module run as ``python -m bench.failover ctl ...`` and ``bench.workers``.
 """
 
 from __future__ import annotations
@@ -36,11 +36,10 @@ from typing import Any, Final
 from bench import QUICK
 from bench.fanout import PROCESSES, _pause_rounds, _split, _stop_fleet
 from bench.redisnode import Node
-from bench.subscribers import ROOT, RawSubscribers
-from bench.subscribers import expect as _expect
 from bench.topology import Cluster, SentinelGroup, binaries_found
+from bench.workers import ROOT, RawSubscribers, run_controllers
+from bench.workers import expect as _expect
 from coordinator import Fleet
-from replica import FleetController, PausablePool
 from replica.contract import Keys, parse_time
 from replica.control.connect import connect
 
@@ -58,31 +57,9 @@ Topology = SentinelGroup | Cluster
 
 async def _ctl_worker(url: str, fleet: str, prefix: str, n: int) -> None:
     """n idle pools, each with a controller and a client of its own, until STOP on stdin."""
-
-    async def handler(item: Any) -> None:
-        return None
-
-    pools = [PausablePool(handler, workers=2) for _ in range(n)]
     clients = [connect(url, decode_responses=True, socket_connect_timeout=5.0,
                        socket_timeout=10.0, health_check_interval=30) for _ in range(n)]
-    controllers = [FleetController(p, c, fleet, f"{prefix}-{i}", start_timeout=60.0)
-                   for i, (p, c) in enumerate(zip(pools, clients, strict=True))]
-    for p in pools:
-        await p.start()
-    for i in range(0, n, 25):
-        await asyncio.gather(*(c.start() for c in controllers[i:i + 25]))
-    print("READY", flush=True)
-    loop = asyncio.get_running_loop()
-    while True:
-        line = await loop.run_in_executor(None, sys.stdin.readline)
-        if not line or line.strip() == "STOP":
-            break
-    await asyncio.gather(*(c.stop() for c in controllers))
-    for p in pools:
-        await p.stop(timeout=1.0)
-    for c in clients:
-        await c.aclose()
-    print("STOPPED", flush=True)
+    await run_controllers(clients, fleet, prefix, start_batch=25, start_timeout=60.0)
 
 
 # ---------------------------------------------------------------------------- parent side

@@ -14,7 +14,7 @@
   ``INFO commandstats`` (those run inside scripts included). Goal: at most 1.5.
 
 Run with ``python -m bench fanout`` (or ``make bench``); ``run()`` returns the rows. Worker
-processes are this module run as ``python -m bench.fanout raw|ctl ...``.
+processes are this module run as ``python -m bench.fanout ctl ...`` and ``bench.workers``.
 """
 
 from __future__ import annotations
@@ -30,11 +30,10 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from bench import QUICK
-from bench.subscribers import ROOT, RawSubscribers, split
-from bench.subscribers import expect as _expect
+from bench.workers import ROOT, RawSubscribers, run_controllers, split
+from bench.workers import expect as _expect
 from coordinator import Fleet
 from coordinator.demo.localredis import LocalRedis
-from replica import FleetController, PausablePool
 
 SIZES = (10,) if QUICK else (10, 100, 1000)
 PROCESSES = 4
@@ -56,33 +55,9 @@ STEADY_WINDOW_S = 3.0 if QUICK else 20.0
 
 async def _ctl_worker(url: str, fleet: str, prefix: str, n: int, poll: float) -> None:
     """n idle pools, each with a controller and a client of its own, until STOP on stdin."""
-
-    async def handler(item: Any) -> None:
-        return None
-
-    pools = [PausablePool(handler, workers=2) for _ in range(n)]
-    clients = [aioredis.Redis.from_url(url) for _ in range(n)]
-    controllers = [
-        FleetController(p, c, fleet, f"{prefix}-{i}", poll_interval=poll,
-                        heartbeat_interval=HEARTBEAT_INTERVAL, start_timeout=30.0)
-        for i, (p, c) in enumerate(zip(pools, clients, strict=True))
-    ]
-    for p in pools:
-        await p.start()
-    for i in range(0, n, 50):
-        await asyncio.gather(*(c.start() for c in controllers[i:i + 50]))
-    print("READY", flush=True)
-    loop = asyncio.get_running_loop()
-    while True:
-        line = await loop.run_in_executor(None, sys.stdin.readline)
-        if not line or line.strip() == "STOP":
-            break
-    await asyncio.gather(*(c.stop() for c in controllers))
-    for p in pools:
-        await p.stop(timeout=1.0)
-    for c in clients:
-        await c.aclose()
-    print("STOPPED", flush=True)
+    await run_controllers([aioredis.Redis.from_url(url) for _ in range(n)], fleet, prefix,
+                          poll_interval=poll, heartbeat_interval=HEARTBEAT_INTERVAL,
+                          start_timeout=30.0)
 
 
 # ---------------------------------------------------------------------------- parent side

@@ -1,15 +1,18 @@
-"""The fan-out baseline: plain redis-py subscribers in worker processes (``RawSubscribers``).
+"""The benches' worker processes: the fan-out baseline's plain redis-py subscribers
+(``RawSubscribers``), and idle replicas (``run_controllers``).
 
 ``size`` subscribers of one channel are spread over worker processes (this module run as
-``python -m bench.subscribers URL CHANNEL N plain|sharded``), each connecting
+``python -m bench.workers URL CHANNEL N plain|sharded``), each connecting
 ``CONNECT_BATCH`` at a time. The protocol on a worker's stdout: ``READY`` once every
 subscription is confirmed, then ``GOT <round> <time>`` when the last of its subscribers received
 round ``<round>`` (``time``: the latest receipt, this host's clock); ``quit`` published ends it.
 ``round()`` publishes the next round (``PUBLISH``, or ``SPUBLISH`` for shard subscribers) and
 answers the ms from the publish to the last subscriber receiving it.
 
-Also the benches' worker helpers: ``split`` (a size over N processes) and ``expect`` (a line
-from a worker).
+``run_controllers`` is the body of a benchmark's controller worker: idle pools, each with a
+``FleetController`` on a client of its own, ``READY`` once all started, stopped at ``STOP`` on
+stdin (``STOPPED``). Also ``split`` (a size over N processes) and ``expect`` (a line from a
+worker).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import time
 from typing import Any, Final
 
 import redis.asyncio as aioredis
+
+from replica import FleetController, PausablePool
 
 ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONNECT_BATCH: Final = 50
@@ -60,7 +65,7 @@ class RawSubscribers:
         mode = "sharded" if self._sharded else "plain"
         self._procs = [
             await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bench.subscribers", self._url, self._channel, str(n),
+                sys.executable, "-m", "bench.workers", self._url, self._channel, str(n),
                 mode, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 cwd=ROOT)
             for n in split(self._size, self._processes)
@@ -92,6 +97,35 @@ class RawSubscribers:
                     p.kill()
                     await p.wait()
             await self._admin.aclose()
+
+
+async def run_controllers(clients: list[aioredis.Redis], fleet: str, prefix: str, *,
+                          start_batch: int = 50, **options: Any) -> None:
+    """One idle pool and ``FleetController`` per client (ids ``prefix-i``; ``options`` go to
+    the controllers), started ``start_batch`` at a time, until ``STOP`` on stdin."""
+
+    async def handler(item: Any) -> None:
+        return None
+
+    pools = [PausablePool(handler, workers=2) for _ in clients]
+    controllers = [FleetController(p, c, fleet, f"{prefix}-{i}", **options)
+                   for i, (p, c) in enumerate(zip(pools, clients, strict=True))]
+    for p in pools:
+        await p.start()
+    for i in range(0, len(controllers), start_batch):
+        await asyncio.gather(*(c.start() for c in controllers[i:i + start_batch]))
+    print("READY", flush=True)
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line or line.strip() == "STOP":
+            break
+    await asyncio.gather(*(c.stop() for c in controllers))
+    for p in pools:
+        await p.stop(timeout=1.0)
+    for c in clients:
+        await c.aclose()
+    print("STOPPED", flush=True)
 
 
 async def worker(url: str, channel: str, n: int, sharded: bool) -> None:
