@@ -1,14 +1,19 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test`.
-PYTHON ?= python3.11
+# The interpreter that makes the venv: PYTHON if given, else the newest python3.N >= 3.11 on
+# PATH (or python3 when it is new enough); scripts/find-python.sh says which is missing if none.
+PYTHON ?=
+SHELL  := /bin/bash
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: demo test bench chaos chaos-ci lint typecheck clean install
+.PHONY: demo test bench chaos chaos-ci lint typecheck clean install which-python
+
+FIND_PYTHON = py="$(PYTHON)"; [ -n "$$py" ] || py="$$($(SHELL) scripts/find-python.sh)" || exit 1
 
 $(PY):
-	$(PYTHON) -m venv $(VENV)
+	@$(FIND_PYTHON); echo "creating $(VENV) with $$py"; "$$py" -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(PY)
@@ -20,6 +25,10 @@ $(TSTAMP): pyproject.toml | $(PY)
 	touch $(STAMP) $@
 
 install: $(STAMP)
+
+# Which interpreter a new venv would be made with (tests/test_makefile.py).
+which-python:
+	@$(FIND_PYTHON); echo "$$py"
 
 demo: $(STAMP)
 	$(VENV)/bin/fleetgate demo
