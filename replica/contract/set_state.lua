@@ -56,6 +56,32 @@ local function opt(v)
   return v
 end
 
+-- `text` cut to at most `limit` characters (UTF-8: a byte 0x80-0xBF continues a character, so
+-- a cut is made only before a byte that starts one), '...' ending a text that was cut. Limits
+-- are in characters, as the contract's readers count them (MAX_TEXT_LEN): never a cut inside a
+-- character, which no reader could decode.
+local function cut(text, limit)
+  if string.len(text) <= limit then return text end
+  local chars, keep = 0, limit - 3
+  for i = 1, string.len(text) do
+    local b = string.byte(text, i)
+    if b < 0x80 or b >= 0xC0 then
+      chars = chars + 1
+      if chars == keep + 1 then
+        -- `text` has more than `keep` characters: is it more than `limit`?
+        local rest = 0
+        for j = i, string.len(text) do
+          local c = string.byte(text, j)
+          if c < 0x80 or c >= 0xC0 then rest = rest + 1 end
+          if rest > 3 then return string.sub(text, 1, i - 1) .. '...' end
+        end
+        return text
+      end
+    end
+  end
+  return text
+end
+
 if #cur == 0 and ARGV[10] ~= '1' and redis.call('ZCARD', KEYS[4]) > 0 then
   return {'missing'}
 end
@@ -196,7 +222,7 @@ if nactive == 1 then
 elseif nactive > 1 then
   reason = table.concat(reasons, '; ')
 end
-if string.len(reason) > 1000 then reason = string.sub(reason, 1, 997) .. '...' end
+reason = cut(reason, 1000)
 if action == 'resume' and not paused and was_paused then event = 'resume' end
 if action == 'pause' and paused and not was_paused and not scheduled then event = 'pause' end
 
