@@ -344,8 +344,8 @@ def test_the_managed_redis_overlay_runs_no_redis_and_ships_no_secret(
 
 
 SENTINEL_SECRET_KEYS = {
-    "admin-token", "view-token", "redis-coordinator-password", "redis-replica-password-demo",
-    "redis-sentinel-password",
+    "admin-token", "view-token", "replica-admin-token", "redis-coordinator-password",
+    "redis-replica-password-demo", "redis-sentinel-password",
 }
 """What the sentinel overlay's Secret, created out of band, holds."""
 
