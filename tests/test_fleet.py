@@ -348,7 +348,9 @@ async def test_the_state_change_prunes_replica_ids_silent_for_an_hour(
     keys = Keys(fleet_name)
     ms = int(time.time() * 1000)
     await redis.zadd(keys.replicas, {"old-1": ms - 2 * 3_600_000, "recent-1": ms})
-    await fleet.resume(by="t")  # even a no-op change prunes
+    await fleet.resume(by="t")  # a no-op writes nothing (issue 19, C.10)
+    assert await redis.zrange(keys.replicas, 0, -1) == ["old-1", "recent-1"]
+    await fleet.pause("prune", by="t")
     assert await redis.zrange(keys.replicas, 0, -1) == ["recent-1"]
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from redis.asyncio import Redis
 
@@ -80,6 +81,9 @@ class Changes:
         """WAIT for replicas after a pause or resume (coordinator.fleet.durability)."""
         self.sharded = sharded(redis)
         """Publish with SPUBLISH (a cluster: sharded pub/sub)."""
+        self.warnings: Counter[str] = Counter()
+        """What the change script skipped, by kind (``replicas_wrongtype``: a replicas key of
+        another type than a sorted set, left alone while the change was made)."""
 
     async def pause(
         self,
@@ -171,11 +175,14 @@ class Changes:
         state = FleetState.from_hash(self._name, raw)
         members = parse_flat_members(result[2])
         self._reads.noted(members.unreadable)
+        self._warn(result[4] if len(result) > 4 else [])
         # what wait(state.version) would read first: kept for a moment, saves a round trip
         self.last = LastChange(state, members, time.monotonic(), restored_at(raw))
-        # the registry of fleets: a key of its own slot, so a call of its own after the script
-        await registry.touch(self._redis, self._name)
         if status == "ok":
+            # the registry of fleets: a key of its own slot, so a call of its own after the
+            # script; a resume that changed nothing writes nothing (a mistyped name stays
+            # unknown)
+            await registry.touch(self._redis, self._name)
             event = text(result[3]) if len(result) > 3 else action
             log.info("fleet %s: %s v%d by %s%s%s: %s", self._name,
                      event.replace("_", " "), state.version, by,
@@ -183,6 +190,19 @@ class Changes:
                      "paused" if state.paused else "running")
         # made and published either way; NotConfirmed carries the state
         return state if confirm is None else confirm.check(state)
+
+    def _warn(self, warnings: Any) -> None:
+        """Log and count what the script skipped (a replicas key of the wrong type)."""
+        for raw in warnings if isinstance(warnings, list) else []:
+            warning = text(raw)
+            kind, _, detail = warning.partition(":")
+            self.warnings[kind] += 1
+            if kind == "replicas_wrongtype":
+                log.warning("fleet %s: %s is a %s, not a sorted set: skipped (the change is "
+                            "made; replicas are not listed until the key is deleted)",
+                            self._name, self._keys.replicas, detail)
+            else:
+                log.warning("fleet %s: the change script warns: %s", self._name, warning)
 
     async def restore_if_missing(self) -> bool:
         snapshot = await self._reads.snapshot()

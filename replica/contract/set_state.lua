@@ -25,12 +25,13 @@
 -- active holds', when each has one) describe the fleet as a whole, for readers of `paused` only.
 --
 -- Returns {"missing"} when the hash is gone while replicas are registered (Redis forgot:
--- restore from the replica records first); {"noop", {field, value, ...}, {id, score, ...}}
--- for a resume that releases nothing; {"ambiguous", {names}} for a resume without a hold name
+-- restore from the replica records first); {"noop", {field, value, ...}, {id, score, ...}, "",
+-- {warnings}} for a resume that releases nothing (it writes nothing); {"ambiguous", {names}} for a resume without a hold name
 -- while there are several holds; {"unknown", {names}} for a resume of a hold there is not;
 -- {"too_many", {names}} for a pause that would add a hold past ARGV[15]; and
--- {"ok", {field, value, ...}, {id, score, ...}, audit action} after a change: the new state and
--- the registered replicas with their heartbeats. The audit action is "pause" (the fleet was
+-- {"ok", {field, value, ...}, {id, score, ...}, audit action, {warnings}} after a change: the
+-- new state and the registered replicas with their heartbeats. A warning is
+-- "replicas_wrongtype:<type>" when KEYS[4] is not a sorted set (skipped: no replicas read). The audit action is "pause" (the fleet was
 -- running) or "resume" (it runs now), else "hold_added", "hold_updated", "hold_released",
 -- "hold_scheduled" or "hold_cancelled".
 local cur = redis.call('HGETALL', KEYS[1])
@@ -82,12 +83,22 @@ local function cut(text, limit)
   return text
 end
 
-if #cur == 0 and ARGV[10] ~= '1' and redis.call('ZCARD', KEYS[4]) > 0 then
-  return {'missing'}
+-- The replicas set is written by replicas too (their ACL lets them ZADD and ZREM it): a key of
+-- another type there (a hand edit, a replica's bug or malice) is reported and left alone, and
+-- the change is made all the same. A change never fails because of a key replicas write.
+local warnings = {}
+local replicas_type = redis.call('TYPE', KEYS[4])
+if type(replicas_type) == 'table' then replicas_type = replicas_type['ok'] end
+local replicas_ok = replicas_type == 'zset' or replicas_type == 'none'
+if not replicas_ok then warnings[#warnings + 1] = 'replicas_wrongtype:' .. tostring(replicas_type) end
+
+local function members()
+  if not replicas_ok then return {} end
+  return redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
 end
 
-if ARGV[11] and ARGV[11] ~= '' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. ARGV[11])
+if #cur == 0 and ARGV[10] ~= '1' and replicas_ok and redis.call('ZCARD', KEYS[4]) > 0 then
+  return {'missing'}
 end
 
 local truthy = {['1'] = true, ['true'] = true, ['yes'] = true, ['on'] = true}
@@ -171,11 +182,11 @@ if action == 'pause' then
 elseif action == 'resume' then
   local released = nil
   if ARGV[13] == '1' then
-    if #names == 0 then return {'noop', cur, redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')} end
+    if #names == 0 then return {'noop', cur, members(), '', warnings} end
     holds = {}
     name = table.concat(names, ',')
   elseif name == '' then
-    if #names == 0 then return {'noop', cur, redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')} end
+    if #names == 0 then return {'noop', cur, members(), '', warnings} end
     if #names > 1 then return {'ambiguous', names} end
     name = names[1]
     released = holds[name]
@@ -189,6 +200,11 @@ elseif action == 'resume' then
   if ARGV[13] == '1' and not was_paused then event = 'hold_cancelled' end
 else
   return redis.error_reply('ERR fleetgate: unknown action ' .. tostring(action))
+end
+
+-- a change is made: replicas silent too long leave the set (a no-op writes nothing)
+if replicas_ok and ARGV[11] and ARGV[11] ~= '' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. ARGV[11])
 end
 
 -- the fleet as a whole, from the holds after this change
@@ -268,4 +284,4 @@ if ARGV[16] == '1' then
 else
   redis.call('PUBLISH', KEYS[3], message)
 end
-return {'ok', flat(new), redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES'), event}
+return {'ok', flat(new), members(), event, warnings}
