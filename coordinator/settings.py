@@ -8,6 +8,8 @@ operator types (a reason, a name) is the contract's (``replica.contract.check_re
 
 from __future__ import annotations
 
+import base64
+import binascii
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -68,6 +70,12 @@ class CoordinatorSettings(BaseSettings):
     """Where `fleetgate serve` listens (also --host)."""
     port: int = Field(default=8080, ge=0, le=65535)
     """The port of `fleetgate serve` (also --port)."""
+    http_header_timeout: float = Field(default=10.0, le=3600.0)
+    """Seconds a client of `fleetgate serve` has to send a whole request (line, headers, body) once its connection opens or its last response is sent; past that the connection is closed."""
+    http_max_connections: int = Field(default=256, ge=1, le=100_000)
+    """HTTP connections `fleetgate serve` keeps open at once; one more is answered 503 and closed before it is read."""
+    api_docs: bool = False
+    """Serve the interactive API docs (/docs, /redoc: Swagger UI and ReDoc, loaded from a CDN into the dashboard's origin). Off by default; /openapi.json is always served."""
 
     webhook_urls: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(), json_schema_extra={"doc_default": "none"}
@@ -76,7 +84,7 @@ class CoordinatorSettings(BaseSettings):
     webhook_format: Literal["json", "slack"] = "json"
     """The body of a notification: json (the event's fields and a sentence, `text`) or slack (a Slack-compatible `{"text", "blocks"}`)."""
     webhook_secret: SecretStr | None = None
-    """The key of the HMAC-SHA256 signature in each notification's `X-Fleetgate-Signature: sha256=<hex>` header (unset: unsigned, with a warning at start)."""
+    """The key of each notification's signatures (see Notifications): Standard Webhooks' `webhook-signature` (keyed with the secret's bytes, or with what a `whsec_<base64>` secret encodes) and, for one more release, `X-Fleetgate-Signature: sha256=<hex>` (unset: unsigned, with a warning at start)."""
     webhook_max_age: float = Field(default=3600.0)
     """Seconds a notification is retried after its event; past that it is given up (logged, counted). Older events a server finds when it starts are skipped."""
 
@@ -92,7 +100,7 @@ class CoordinatorSettings(BaseSettings):
 
     @field_validator(
         "max_pause", "overdue_log_interval", "restore_interval", "refresh_interval", "max_wait",
-        "webhook_max_age",
+        "webhook_max_age", "http_header_timeout",
         "min_replicas_timeout", mode="before",
     )
     @classmethod
@@ -123,6 +131,20 @@ class CoordinatorSettings(BaseSettings):
     def _blank_is_none(cls, value: Any) -> Any:
         if isinstance(value, str) and not value.strip():
             return None
+        return value
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _standard_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        raw = None if value is None else value.get_secret_value()
+        if raw is not None and raw.startswith("whsec_"):
+            rest = raw.removeprefix("whsec_").rstrip("=")
+            try:
+                key = base64.b64decode(rest + "=" * (-len(rest) % 4), validate=True)
+            except binascii.Error:
+                key = b""
+            if not key:  # never the secret itself in the message
+                raise ValueError("a secret that starts with whsec_ must be base64 after it")
         return value
 
     @field_validator("admin_name", "view_name")

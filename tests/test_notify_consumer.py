@@ -23,6 +23,7 @@ from coordinator.demo.localredis import LocalRedis, free_port
 from coordinator.fleet.fleet import Fleet
 from coordinator.notify.alerts import Alerts
 from coordinator.notify.consumer import Notifier
+from coordinator.notify.lane import group_for
 from coordinator.notify.settings import GROUP
 from coordinator.web.api import create_app
 from coordinator.web.metrics import OverdueWatcher
@@ -45,9 +46,10 @@ async def alone(private_redis: LocalRedis) -> AsyncIterator[tuple[str, aioredis.
 
 
 async def nothing_pending(redis: aioredis.Redis, fleet: str) -> bool:
+    """No entry pending in any receiver's group, on either stream (and groups there are)."""
     keys = Keys(fleet)
-    counts = [(await redis.xpending(stream, GROUP))["pending"] for stream in (keys.audit, keys.events)]
-    return counts == [0, 0]
+    groups = [g for s in (keys.audit, keys.events) for g in await redis.xinfo_groups(s)]
+    return bool(groups) and all(g["pending"] == 0 for g in groups)
 
 
 async def test_two_servers_deliver_each_event_once(
@@ -81,7 +83,8 @@ async def test_the_events_of_a_server_that_died_are_claimed_and_delivered_by_ano
         dead = Notifier(redis, fleet_name, quick(hook.url), consumer="dead-server")
         await dead.ensure_groups()
         await fleet.pause("db maintenance", by="alice")
-        taken = await redis.xreadgroup(GROUP, "dead-server", {keys.audit: ">"}, count=10)
+        taken = await redis.xreadgroup(group_for(GROUP, hook.url), "dead-server",
+                                       {keys.audit: ">"}, count=10)
         assert len(taken[0][1]) == 1
         async with notifier(redis_url, fleet_name, quick(hook.url, claim_idle=0.3)) as n:
             await hook.wait_for(1)
@@ -134,16 +137,18 @@ async def test_an_event_older_than_max_age_is_acknowledged_without_being_sent(
     redis_url: str, redis: aioredis.Redis, fleet_name: str
 ) -> None:
     keys = Keys(fleet_name)
-    # a group that a server created long ago, and an entry written while every server was down
-    await redis.xgroup_create(keys.audit, GROUP, id="0", mkstream=True)
-    old_ms = int(time.time() * 1000) - 2 * 3600 * 1000
-    await redis.xadd(keys.audit, {"action": "pause", "reason": "long ago", "by": "alice",
-                                  "version": "1", "at": ""}, id=f"{old_ms}-0")
     fleet = Fleet(redis, fleet_name)
-    async with Hook() as hook, notifier(redis_url, fleet_name, quick(hook.url)) as n:
-        await fleet.pause("now", by="alice")
-        await hook.wait_for(1)
-        await settle(lambda: n.stats.acked >= 2, n)
+    async with Hook() as hook:
+        # a group that a server created long ago, and an entry written while every server was
+        # down
+        await redis.xgroup_create(keys.audit, group_for(GROUP, hook.url), id="0", mkstream=True)
+        old_ms = int(time.time() * 1000) - 2 * 3600 * 1000
+        await redis.xadd(keys.audit, {"action": "pause", "reason": "long ago", "by": "alice",
+                                      "version": "1", "at": ""}, id=f"{old_ms}-0")
+        async with notifier(redis_url, fleet_name, quick(hook.url)) as n:
+            await fleet.pause("now", by="alice")
+            await hook.wait_for(1)
+            await settle(lambda: n.stats.acked >= 2, n)
     assert [r.json()["reason"] for r in hook.requests] == ["now"]
     assert n.stats.skipped == 1
     assert await nothing_pending(redis, fleet_name)
@@ -262,7 +267,7 @@ async def test_two_fleetgate_serve_processes_announce_each_change_once_a_cli_cha
 
         async def all_acked() -> bool:  # the servers are other processes: no event to wait on
             audit = Keys(fleet_name).audit
-            (group,) = await redis.xinfo_groups(audit)
+            (group,) = await redis.xinfo_groups(audit)  # the one receiver's
             (last,) = await redis.xrevrange(audit, count=1)
             return bool(group["pending"] == 0 and group["last-delivered-id"] == last[0])
 

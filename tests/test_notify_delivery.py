@@ -19,6 +19,8 @@ import redis.asyncio as aioredis
 from coordinator.demo.localredis import LocalRedis
 from coordinator.fleet.fleet import Fleet
 from coordinator.notify import webhook
+from coordinator.notify.lane import group_for
+from coordinator.notify.settings import GROUP
 from coordinator.web.api import create_app
 from coordinator.web.metrics import render_metrics
 from tests.apikit import ADMIN, client_for, json_headers, make_settings
@@ -63,8 +65,9 @@ async def test_a_pause_is_posted_signed_to_every_receiver_with_its_fields_and_se
         assert request.headers["x-fleetgate-event"] == "pause"
         assert request.headers["x-fleetgate-delivery"] == body["id"]
     assert n.stats.delivered == 2 and n.stats.failed == 0
-    assert await redis.xpending(fleet.keys.audit, "fleetgate-notify") == {
-        "pending": 0, "min": None, "max": None, "consumers": []}
+    for hook in (a, b):
+        assert await redis.xpending(fleet.keys.audit, group_for(GROUP, hook.url)) == {
+            "pending": 0, "min": None, "max": None, "consumers": []}
 
 
 async def test_a_slack_receiver_gets_text_and_blocks(
@@ -123,8 +126,9 @@ async def test_a_receiver_that_keeps_failing_is_given_up_after_max_age_with_a_lo
     assert len(lines) == 1
     assert f"http://127.0.0.1:{down.url.split(':')[2].split('/')[0]}" in lines[0]
     assert "HTTP 500" in lines[0] and "/hook" not in lines[0]
-    assert await redis.xpending(fleet.keys.audit, "fleetgate-notify") == {
-        "pending": 0, "min": None, "max": None, "consumers": []}
+    for hook in (down, up):
+        assert await redis.xpending(fleet.keys.audit, group_for(GROUP, hook.url)) == {
+            "pending": 0, "min": None, "max": None, "consumers": []}
 
 
 async def test_a_receiver_that_hangs_holds_back_neither_a_pause_nor_another_receiver(
@@ -209,7 +213,7 @@ async def test_stopping_the_notifier_leaves_what_it_could_not_deliver_pending(
         async with notifier(redis_url, fleet_name, quick(hook.url)):
             await fleet.pause("db maintenance", by="alice")
             await hook.wait_for(1)
-        pending = await redis.xpending(fleet.keys.audit, "fleetgate-notify")
+        pending = await redis.xpending(fleet.keys.audit, group_for(GROUP, hook.url))
     assert pending["pending"] == 1
 
 

@@ -22,6 +22,7 @@ from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.overview import read_each, read_overview
 from coordinator.fleet.registry import touch
 from coordinator.notify.consumer import Notifier
+from coordinator.notify.lane import group_for
 from coordinator.notify.settings import GROUP
 from coordinator.notify.windows import WINDOW_ENDED, WINDOW_STARTED
 from coordinator.render.fleets import overview_dict
@@ -236,7 +237,8 @@ async def test_the_notifier_delivers_an_event_of_a_fleet_that_is_not_the_default
     (request,) = hook.requests
     body = request.json()
     assert (body["fleet"], body["event"], body["reason"]) == ("email", "pause", "smtp relay down")
-    assert (await client.xpending(Keys("email").audit, GROUP))["pending"] == 0
+    group = group_for(GROUP, hook.url)  # the receiver's own group
+    assert (await client.xpending(Keys("email").audit, group))["pending"] == 0
 
 
 # ---------------------------------------------------------------------------- rows

@@ -10,12 +10,21 @@ task of its own: a receiver that is down or hangs holds back no other receiver a
 else in the process. A failed attempt (no connection, a timeout, a status other than 2xx) is
 logged and retried after ``backoff`` seconds, twice as long each time (jittered, at most
 ``backoff_max``), until the event is ``max_age`` old; then it is given up with a log line.
+
+Signatures (with a secret) follow the Standard Webhooks specification: ``webhook-id`` (the same
+on every retry: deduplicate on it), ``webhook-timestamp`` (the attempt's time, epoch seconds)
+and ``webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">``, so a receiver can
+refuse a stale or replayed request. The key is the secret's bytes, or, for a secret written as
+the specification does (``whsec_`` and base64), the bytes it encodes. The older
+``X-Fleetgate-Signature: sha256=<hex>`` (the body only, keyed with the secret's bytes as
+written) is still sent, for one release.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import contextlib
 import hashlib
 import hmac
@@ -34,6 +43,11 @@ from replica.control.redisio import cancel_bounded
 log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER: Final = "X-Fleetgate-Signature"
+"""The older signature (the body only): sent for one more release beside the standard ones."""
+WEBHOOK_ID: Final = "webhook-id"
+WEBHOOK_TIMESTAMP: Final = "webhook-timestamp"
+WEBHOOK_SIGNATURE: Final = "webhook-signature"
+STANDARD_PREFIX: Final = b"whsec_"
 USER_AGENT: Final = "fleetgate-notify/0.1"
 _MAX_STATUS_LINE: Final = 8192
 
@@ -46,6 +60,29 @@ def sign(secret: bytes, body: bytes) -> str:
     """The value of ``X-Fleetgate-Signature``: ``sha256=`` and the hex HMAC-SHA256 of the
     exact body bytes under ``secret``."""
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def signing_key(secret: bytes) -> bytes:
+    """The HMAC key of ``webhook-signature``: the bytes a ``whsec_<base64>`` secret encodes,
+    or any other secret's own bytes. Raises ``ValueError`` on a ``whsec_`` secret whose rest
+    is not base64 (or is empty)."""
+    if not secret.startswith(STANDARD_PREFIX):
+        return secret
+    rest = secret[len(STANDARD_PREFIX):].rstrip(b"=")
+    try:
+        key = base64.b64decode(rest + b"=" * (-len(rest) % 4), validate=True)
+    except binascii.Error:
+        raise ValueError("a secret that starts with whsec_ must be base64 after it") from None
+    if not key:
+        raise ValueError("a secret that starts with whsec_ must be base64 after it")
+    return key
+
+
+def sign_standard(key: bytes, webhook_id: str, timestamp: int, body: bytes) -> str:
+    """The value of ``webhook-signature``: ``v1,`` and the base64 HMAC-SHA256 of
+    ``id.timestamp.body`` under ``key`` (``signing_key``'s)."""
+    content = f"{webhook_id}.{timestamp}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, content, hashlib.sha256).digest()).decode()
 
 
 _ssl_context: ssl.SSLContext | None = None
@@ -129,6 +166,14 @@ class NotifyStats:
     """Entries taken over from a silent notifier."""
     acked: int = 0
     """Entries acknowledged (done with: delivered, given up, skipped or gone)."""
+    garbage: int = 0
+    """Entries that could not be read (not UTF-8, or no event could be made of them): skipped
+    and acknowledged."""
+    errors: int = 0
+    """Errors the notifier did not expect (a bug, a reply it could not read): logged with their
+    traceback once per kind, counted here; it went on."""
+    unstated: int = 0
+    """Registry names passed over because the fleet has no state (no stream, no group made)."""
     _tick: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     def bump(self, name: str, n: int = 1) -> None:
@@ -158,6 +203,8 @@ class Delivery:
     """When the event happened (epoch seconds): max_age counts from it."""
     done: Callable[[], None]
     """Called once the receiver accepted it or gave it up (not when the notifier stops)."""
+    webhook_id: str = ""
+    """The ``webhook-id`` (unique across fleets and streams; default: ``event_id``)."""
 
 
 class Receiver:
@@ -170,6 +217,7 @@ class Receiver:
         self.stats = stats
         self._queue: asyncio.Queue[Delivery] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._key = None if settings.secret is None else signing_key(settings.secret)
 
     def start(self) -> None:
         if self._task is None:
@@ -201,19 +249,24 @@ class Receiver:
                               self.label, delivery.event, delivery.event_id)
             delivery.done()
 
-    def headers(self, body: bytes, delivery: Delivery) -> dict[str, str]:
-        headers = {"X-Fleetgate-Event": delivery.event, "X-Fleetgate-Delivery": delivery.event_id}
-        if self.settings.secret is not None:
+    def headers(self, body: bytes, delivery: Delivery, now: float | None = None) -> dict[str, str]:
+        """The headers of one attempt at ``now`` (default: the current time)."""
+        webhook_id = delivery.webhook_id or delivery.event_id
+        timestamp = int(time.time() if now is None else now)
+        headers = {"X-Fleetgate-Event": delivery.event, "X-Fleetgate-Delivery": delivery.event_id,
+                   WEBHOOK_ID: webhook_id, WEBHOOK_TIMESTAMP: str(timestamp)}
+        if self.settings.secret is not None and self._key is not None:
+            headers[WEBHOOK_SIGNATURE] = sign_standard(self._key, webhook_id, timestamp, body)
             headers[SIGNATURE_HEADER] = sign(self.settings.secret, body)
         return headers
 
     async def deliver(self, delivery: Delivery) -> bool:
         """Try until accepted (True) or ``max_age`` after the event (False, logged)."""
         s = self.settings
-        headers = self.headers(delivery.body, delivery)
         attempt = 0
         while True:
             attempt += 1
+            headers = self.headers(delivery.body, delivery)  # the attempt's own timestamp
             try:
                 status = await post(self.url, delivery.body, headers, s.timeout)
             except asyncio.CancelledError:
@@ -252,4 +305,7 @@ class Receiver:
             await asyncio.sleep(delay)
 
 
-__all__ = ["SIGNATURE_HEADER", "Delivery", "HttpError", "NotifyStats", "Receiver", "post", "sign"]
+__all__ = [
+    "SIGNATURE_HEADER", "WEBHOOK_ID", "WEBHOOK_SIGNATURE", "WEBHOOK_TIMESTAMP", "Delivery",
+    "HttpError", "NotifyStats", "Receiver", "post", "sign", "sign_standard", "signing_key",
+]
