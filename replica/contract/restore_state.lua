@@ -14,7 +14,9 @@
 -- keys' slot), else PUBLISH
 --
 -- Whenever it writes the hash it stamps `restored_at` = ARGV[3]: Redis lost data then, and
--- replicas whose records it lost may not have registered again yet (wait reads it).
+-- replicas whose records it lost may not have registered again yet (wait reads it). Nothing
+-- else is re-stamped: every hold, `since` and `changed_at` stay as written (the holds are
+-- trusted only while `paused` agrees with them at `changed_at`).
 --
 -- Returns 1 when it wrote the hash, 0 when the hash already holds a state that wins, 2 when
 -- it kept an older pause and raised its version to ARGV[1] + 1.
@@ -26,7 +28,9 @@ if cur[1] or cur[2] then
   local truthy = {['1'] = true, ['true'] = true, ['yes'] = true, ['on'] = true}
   if truthy[string.lower(cur[2] or '0')] and ARGV[2] ~= '1' then
     local raised = tostring(mine + 1)
-    redis.call('HSET', KEYS[1], 'version', raised, 'changed_at', ARGV[3], 'restored_at', ARGV[3])
+    -- only the version moves: `changed_at` stays as written, so the holds still agree with
+    -- `paused` at it and stay trusted (a scheduled window survives the restore)
+    redis.call('HSET', KEYS[1], 'version', raised, 'restored_at', ARGV[3])
     -- the holds stay trusted at the raised version (they are the older pause's)
     if cur[3] and cur[3] == cur[1] then redis.call('HSET', KEYS[1], 'holds_version', raised) end
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*',
