@@ -49,6 +49,13 @@ def test_the_demo_pauses_a_real_fleet_mid_run_and_loses_nothing(
     for i in (1, 2, 3):
         assert f"replica-{i}" in out
     assert "admin token (shown once)" in out
+    # what the demo wrote on the shared Redis is gone with it
+    fleet = re.search(r"fleet (demo-[0-9a-f]{6}) \(removed when the demo ends\)", out)
+    assert fleet is not None, out[:2000]
+    assert f"removed demo fleet {fleet.group(1)}" in out
+    with syncredis.Redis.from_url(redis_url, decode_responses=True) as client:
+        assert list(client.scan_iter(match=f"fleetgate:{{{fleet.group(1)}}}:*")) == []
+        assert client.zscore("fleetgate:fleets", fleet.group(1)) is None
 
 
 def test_the_demo_exits_one_with_one_line_when_redis_cannot_be_reached(

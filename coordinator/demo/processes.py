@@ -22,6 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import redis
@@ -29,8 +30,31 @@ from rich.console import Console
 from rich.markup import escape
 
 from coordinator.demo.localredis import LocalRedis, free_port
+from coordinator.fleet.registry import forget
+from replica.contract import Keys
+from replica.contract.keys import FLEETS_KEY
 from replica.contract.urls import redact_url
 from replica.control.connect import connect
+
+
+def _on_a_thread(work: Any) -> Any:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, work).result()
+
+
+async def _remove_fleet(url: str, fleet: str) -> int:
+    """Delete every key of ``fleet`` (they share its hash tag) and its registry entry; the
+    number of keys deleted."""
+    client = connect(url, socket_connect_timeout=3, socket_timeout=3)
+    try:
+        pattern = Keys(fleet).prefix.replace("[", "\\[").replace("]", "\\]") + ":*"
+        keys = [key async for key in client.scan_iter(match=pattern, count=1000)]
+        for key in keys:  # one by one: a cluster's keys of one fleet share a slot anyway
+            await client.delete(key)
+        await forget(client, fleet)
+        return len(keys)
+    finally:
+        await client.aclose()
 
 
 def _ping(url: str) -> None:
@@ -44,8 +68,7 @@ def _ping(url: str) -> None:
         finally:
             await client.aclose()
 
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, ping()).result()
+    _on_a_thread(ping())
 
 WORKERS = 4
 ITEM_SECONDS = 0.05
@@ -74,6 +97,7 @@ class DemoProcesses:
         self.redis_server: LocalRedis | None = None
         self.redis_url = ""
         self.fleet_name = "demo"
+        self.shared = False  # a Redis the user gave: what the demo wrote is removed at the end
         self.procs: list[_Proc] = []
         self.logdir = Path(tempfile.mkdtemp(prefix="fleetgate-demo-"))
         self.api_port = 0
@@ -88,8 +112,10 @@ class DemoProcesses:
                 raise RuntimeError(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
             self.redis_url = url
             self.fleet_name = f"demo-{secrets.token_hex(3)}"  # never touch a real fleet
+            self.shared = True
             self.console.print(
-                f"redis: {escape(redact_url(url))} (FLEETGATE_REDIS_URL), fleet {self.fleet_name}"
+                f"redis: {escape(redact_url(url))} (FLEETGATE_REDIS_URL), fleet {self.fleet_name} "
+                "(removed when the demo ends)"
             )
             return
         self.redis_server = LocalRedis().start()
@@ -195,11 +221,28 @@ class DemoProcesses:
                     os.killpg(proc.popen.pid, signal.SIGKILL)
                 proc.popen.wait(timeout=5)
         self.procs.clear()
+        if self.shared:
+            self.remove_shared_fleet()
         if self.redis_server is not None:
             if self.stop_by is not None:
                 self.redis_server.kill()
             self.redis_server.stop()
             self.redis_server = None
+
+    def remove_shared_fleet(self) -> None:
+        """On a shared Redis, once no replica runs: delete what the demo wrote there (its
+        fleet's keys and registry entry), or say how to when Redis does not answer."""
+        self.shared = False
+        try:
+            removed = _on_a_thread(_remove_fleet(self.redis_url, self.fleet_name))
+        except (redis.RedisError, OSError, ValueError) as exc:
+            pattern = f"{Keys(self.fleet_name).prefix}:*"
+            self.console.print(
+                f"could not remove demo fleet {self.fleet_name} ({escape(str(exc))}): delete the "
+                f"keys {escape(pattern)} and ZREM {FLEETS_KEY} {self.fleet_name}"
+            )
+            return
+        self.console.print(f"removed demo fleet {self.fleet_name}: {removed} keys and its registry entry")
 
     def on_signal(self, sig: signal.Signals) -> None:
         """The first SIGINT or SIGTERM: every process is told to stop at once."""

@@ -301,7 +301,9 @@ def _fmt(v: float | None) -> str:
 def main(serve: bool = False, json_out: bool = False) -> int:
     """Run the demo; with ``json_out`` the progress goes to stderr and the result, as JSON, to
     stdout."""
-    console = Console(highlight=False, stderr=json_out)
+    # Piped (not a terminal), a line is never wrapped: a log reader greps whole lines.
+    stream = sys.stderr if json_out else sys.stdout
+    console = Console(highlight=False, stderr=json_out, soft_wrap=not stream.isatty())
     demo = Demo(console)
     shutdown = Shutdown(lambda sig: 0 if demo.serving else conventional_status(sig))
     shutdown.before_exit = demo.kill_all
