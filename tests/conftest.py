@@ -45,7 +45,20 @@ def redis_url() -> Iterator[str]:
     """The URL of a real Redis server shared by the session (keys are per-test fleets)."""
     env = os.environ.get("FLEETGATE_TEST_REDIS_URL")
     if env:
-        yield env
+        with SyncRedis.from_url(env) as client:
+            keys = client.dbsize()
+        if keys:
+            pytest.exit(
+                f"FLEETGATE_TEST_REDIS_URL names a database that holds {keys} keys: the suite "
+                "writes fleets there and empties the database when it ends, so it needs an empty "
+                "one (another database number, /15 say, or a server of its own)",
+                returncode=4,
+            )
+        try:
+            yield env
+        finally:  # the database was empty: leave it so, whatever the tests wrote
+            with SyncRedis.from_url(env) as client:
+                client.flushdb()
         return
     if find_server_binary() is not None:
         with LocalRedis() as server:
