@@ -194,9 +194,12 @@ def test_status_shows_a_readable_table(
     assert "RUNNING" in run(capsys, "status")[1]
 
 
-def test_status_of_a_fleet_nobody_paused_is_running_with_no_replicas(
-    env: None, capsys: pytest.CaptureFixture[str]
+def test_status_of_a_registered_fleet_nobody_paused_is_running_with_no_replicas(
+    env: None, capsys: pytest.CaptureFixture[str], sync_redis: syncredis.Redis, fleet_name: str
 ) -> None:
+    # known to this Redis by its registry entry only (a fleet never seen exits 6:
+    # tests/test_unknown_fleet.py)
+    sync_redis.zadd("fleetgate:fleets", {fleet_name: 1})
     code, out, _ = run(capsys, "status", "--json", "--all")
     assert code == 0
     body = json.loads(out)

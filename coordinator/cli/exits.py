@@ -6,6 +6,8 @@
     3  a --wait that timed out (the stragglers named on stderr)
     4  a pause or resume written to the Redis primary but not confirmed by a replica in time
     5  the outcome of a change is unknown: it was sent and no answer came (read the state)
+    6  no such fleet: ``status`` or ``history`` of a fleet with no state, no replicas, no audit
+       trail and no registry entry (a mistyped name; the API answers 404 for it)
   130  interrupted by SIGINT (Ctrl-C); ``status --watch`` ends with 0 (see cli.read)
   143  stopped by SIGTERM; 0 for ``status --watch``
 
@@ -23,6 +25,7 @@ EXIT_USAGE: Final = 2
 EXIT_TIMEOUT: Final = 3
 EXIT_NOT_CONFIRMED: Final = 4
 EXIT_OUTCOME_UNKNOWN: Final = 5
+EXIT_UNKNOWN_FLEET: Final = 6
 EXIT_INTERRUPTED: Final = 130
 EXIT_TERMINATED: Final = 143
 
@@ -33,6 +36,7 @@ EXIT_STATUSES: Final = {
     EXIT_TIMEOUT: "a --wait ran out of --timeout",
     EXIT_NOT_CONFIRMED: "the change is made on the Redis primary but no replica confirmed it",
     EXIT_OUTCOME_UNKNOWN: "the outcome of a change is unknown",
+    EXIT_UNKNOWN_FLEET: "no such fleet on this Redis (a mistyped name)",
     EXIT_INTERRUPTED: "interrupted by Ctrl-C (SIGINT)",
     EXIT_TERMINATED: "stopped by SIGTERM",
 }
@@ -60,6 +64,7 @@ __all__ = [
     "EXIT_STATUSES",
     "EXIT_TERMINATED",
     "EXIT_TIMEOUT",
+    "EXIT_UNKNOWN_FLEET",
     "EXIT_UNREACHABLE",
     "EXIT_USAGE",
     "CliError",

@@ -6,7 +6,11 @@ markup, no control characters).
 ``status`` prints the summary and at most ``STATUS_ROWS`` (20) replica rows, those that need
 attention first; ``--json`` the summary shape (``FleetSummary.to_dict()``, as
 ``GET /api/fleets/{name}``). ``--all`` prints every row, and with ``--json`` the status shape
-(every replica, as ``GET /api/fleet``)."""
+(every replica, as ``GET /api/fleet``).
+
+A fleet never seen on this Redis (``Fleet.known``: no state, no replicas, no audit trail, not
+in the registry) is no running fleet but a mistyped name: ``status`` (once) and ``history``
+exit 6 (``EXIT_UNKNOWN_FLEET``), as the API answers 404. ``status --watch`` waits for it."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import typer
 from rich.console import RenderableType
 
 from coordinator import render
-from coordinator.cli.exits import EXIT_OK
+from coordinator.cli.exits import EXIT_OK, EXIT_UNKNOWN_FLEET, CliError
 from coordinator.cli.options import FleetOption, Globals, JsonOption, UrlOption
 from coordinator.cli.output import console, emit_json
 from coordinator.cli.runner import run_with_fleet
@@ -49,6 +53,12 @@ def status(
     async def read(fleet: Fleet) -> FleetStatus:
         return await fleet.status()
 
+    async def read_known(fleet: Fleet) -> FleetStatus:
+        st = await fleet.status()
+        if st.state.version == 0 and not st.replicas and not st.unreadable:
+            await must_be_known(fleet)
+        return st
+
     def as_json(st: FleetStatus) -> dict[str, Any]:
         if every:
             return render.fleet_status_dict(st, max_pause=max_pause)
@@ -60,7 +70,7 @@ def status(
         return render.summary_renderable(st, summarize(st, max_pause=max_pause))
 
     if not watch:
-        st = run_with_fleet(settings, read)
+        st = run_with_fleet(settings, read_known)
         if json_out:
             emit_json(as_json(st))
         else:
@@ -98,7 +108,10 @@ def history(
     settings = g.settings(redis_url=redis_url, fleet=fleet)
 
     async def read(fleet: Fleet) -> list[AuditEvent]:
-        return await fleet.history(limit=limit)
+        events = await fleet.history(limit=limit)
+        if not events:
+            await must_be_known(fleet)
+        return events
 
     events = run_with_fleet(settings, read)
     if json_out:
@@ -107,4 +120,12 @@ def history(
         console().print(render.history_table(events))
 
 
-__all__ = ["history", "status"]
+async def must_be_known(fleet: Fleet) -> None:
+    """Exit 6 for a fleet never seen on this Redis (``Fleet.known``): a mistyped name is not
+    shown as a running fleet."""
+    if not await fleet.known():
+        raise CliError(f"no fleet {fleet.name} on this Redis (no state, no replicas, not in the "
+                       "registry of fleets): check --fleet or FLEETGATE_FLEET", EXIT_UNKNOWN_FLEET)
+
+
+__all__ = ["history", "must_be_known", "status"]

@@ -30,6 +30,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from coordinator.fleet.calls import again
 from coordinator.fleet.changes import Changes
 from coordinator.fleet.durability import Durability
 from coordinator.fleet.listener import AckListener
@@ -51,6 +52,7 @@ from replica.contract import (
     text,
     validate_fleet,
 )
+from replica.contract.keys import FLEETS_KEY
 from replica.control.redisio import uncancelled
 
 log = logging.getLogger(__name__)
@@ -180,6 +182,15 @@ class Fleet:
         A pause past its ``auto_resume_at`` still reads ``paused`` here (replicas have resumed
         on their own clocks): see ``FleetState.effectively_paused()``."""
         return await self._reads.state()
+
+    async def known(self) -> bool:
+        """Whether this fleet was ever seen on this Redis: it has a state, replicas or an audit
+        trail, or is in the registry of fleets (the API's 404 follows the same rule). A
+        mistyped name is not: nothing that changed nothing ever writes one."""
+        redis, keys = self._redis, self._keys
+        if await again(lambda: redis.exists(keys.state, keys.replicas, keys.audit)):
+            return True
+        return await again(lambda: redis.zscore(FLEETS_KEY, self._name)) is not None
 
     async def replicas(self, include_stale: bool = True) -> list[ReplicaInfo]:
         """Every replica in the ``replicas`` set, sorted by id; a replica whose heartbeat is too
