@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from replica.contract.urls import MASK, check_redis_url, parse_redis_url, redact_url
 from replica.errors import ContractError
+from tests.tlskit import make_tls_files
 
 REPLICA = str(Path(sys.executable).with_name("fleetgate-replica"))
 PASSWORDS = ["s3cret", "s3#cret", "s3?cret", "s3/cret", "s3@cret", "s3:cret", "s#3?c/r@t"]
@@ -236,13 +237,12 @@ def test_the_cli_refuses_a_malformed_sentinel_url_with_one_line_and_exit_status_
     assert "s3cret" not in done.stderr + done.stdout
 
 
-def test_the_tls_forms_take_the_tls_files_and_the_plain_forms_refuse_them() -> None:
-    target = parse_redis_url(
-        "rediss+cluster://n1:7000?ssl_ca_certs=/etc/fleetgate/ca.pem&ssl_cert_reqs=required"
-    )
+def test_the_tls_forms_take_the_tls_files_and_the_plain_forms_refuse_them(tmp_path: Path) -> None:
+    ca = make_tls_files(tmp_path).ca
+    target = parse_redis_url(f"rediss+cluster://n1:7000?ssl_ca_certs={ca}&ssl_cert_reqs=required")
     assert target.tls and dict(target.tls_options) == {
-        "ssl_ca_certs": "/etc/fleetgate/ca.pem", "ssl_cert_reqs": "required"}
+        "ssl_ca_certs": str(ca), "ssl_cert_reqs": "required"}
     with pytest.raises(ContractError, match="only a rediss"):
-        parse_redis_url("redis+sentinel://h/svc?ssl_ca_certs=/etc/ca.pem")
+        parse_redis_url(f"redis+sentinel://h/svc?ssl_ca_certs={ca}")
     with pytest.raises(ContractError, match="ssl_cert_reqs that is not none, optional, required"):
         parse_redis_url("rediss+sentinel://h/svc?ssl_cert_reqs=maybe")

@@ -17,18 +17,17 @@ connection factory, ``replica.control.connect``, opens):
 * ``redis+cluster://[user:password@]host:port[,host:port...]`` (``rediss+`` for TLS): a Redis
   Cluster, the hosts its seeds.
 
-The two multi-host forms take the query parameters ``sentinel_username`` and
-``sentinel_password`` (Sentinel only: the sentinels' own credentials), ``socket_timeout`` and
-``socket_connect_timeout`` (seconds), with ``rediss+`` the TLS files and check
-(``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``), and nothing else. The user part and the parameters are
-percent-decoded.
+Every form's query parameters are checked before anything connects
+(``replica.contract.urlparams``: which each form takes, of what type; the TLS files are read).
+The user part and the parameters are percent-decoded.
 
 ``check_redis_url`` refuses what cannot work (a scheme it does not know, no host, a port that
 is not a number, an unreadable IPv6 address, a password holding ``#``, ``?`` or ``/`` unencoded,
-a Sentinel URL without its service, an unknown or bad parameter) with a ``ContractError`` (a
-``ValueError``) of one line, whose only copy of the URL is the redacted one.
+a Sentinel URL without its service, an unknown or bad parameter, a TLS file that cannot be
+read) with a ``ContractError`` (a ``ValueError``) of one line, whose only copy of the URL is
+the redacted one.
 
-A leaf: standard library only.
+A leaf: standard library only (and ``urlparams``).
 """
 
 from __future__ import annotations
@@ -37,8 +36,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Literal
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
+from replica.contract.urlparams import ALL, QUERY_SEPARATOR, TLS, Value, check_parameters
 from replica.errors import ContractError
 
 SINGLE_SCHEMES: Final = frozenset({"redis", "rediss", "unix"})
@@ -49,20 +49,20 @@ REDIS_SCHEMES: Final = SINGLE_SCHEMES | SENTINEL_SCHEMES | CLUSTER_SCHEMES
 """Every scheme fleetgate takes."""
 Topology = Literal["standalone", "sentinel", "cluster"]
 DEFAULT_PORTS: Final = {"sentinel": 26379, "cluster": 6379}
-TLS_PARAMETERS: Final = frozenset({"ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"})
-"""TLS files and checks (``rediss+``), passed to redis-py as they are."""
-CERT_REQS: Final = ("none", "optional", "required")
-PARAMETERS: Final = frozenset(
-    {"sentinel_username", "sentinel_password", "socket_timeout", "socket_connect_timeout"}
-) | TLS_PARAMETERS
-"""The query parameters of the Sentinel and Cluster forms."""
+TLS_PARAMETERS: Final = frozenset(TLS)
+"""The TLS parameters (every ``rediss`` form takes them)."""
+PARAMETERS: Final = ALL
+"""Every query parameter some form takes (``replica.contract.urlparams``)."""
 MASK: Final = "***"
 
 _SCHEME: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):(//)?")
 _SECRET_KEY: Final = re.compile(r"pass|pwd|secret|token|auth|credential", re.I)
 # a query parameter: a separator, a name, "=", then the value up to the next "&name=" (a
-# secret value may hold "&", "#" or ";": it runs on to where the next parameter clearly starts)
-_PARAM: Final = re.compile(r"([?&#;])([^=?&#;]*)=(.*?)(?=[&;][A-Za-z_][A-Za-z0-9_.\-]*=|$)", re.S)
+# secret value may hold "&", "#" or ";": it runs on to where the next parameter clearly starts;
+# ";" separates nothing, as for the parser: urlparams.QUERY_SEPARATOR)
+_PARAM: Final = re.compile(
+    rf"([?#{QUERY_SEPARATOR}])([^=?#{QUERY_SEPARATOR}]*)=(.*?)"
+    rf"(?={QUERY_SEPARATOR}[A-Za-z_][A-Za-z0-9_.\-]*=|$)", re.S)
 
 
 def redact_url(url: str) -> str:
@@ -95,7 +95,7 @@ def redact_url(url: str) -> str:
         elif colon:
             hide(start + len(user) + 1, start + len(userinfo))
     for pos, char in enumerate(text[start:], start):  # every separator: matches may overlap
-        m = _PARAM.match(text, pos) if char in "?&#;" else None
+        m = _PARAM.match(text, pos) if char in "?#" + QUERY_SEPARATOR else None
         if m is not None and _SECRET_KEY.search(unquote(m.group(2))):
             hide(m.start(3), m.end(3))
     out: list[str] = []
@@ -130,8 +130,8 @@ class RedisTarget:
     password: str | None = None
     sentinel_username: str | None = None
     sentinel_password: str | None = None
-    tls_options: tuple[tuple[str, str], ...] = ()
-    """``ssl_*`` parameters (``rediss+`` forms only), for redis-py."""
+    tls_options: tuple[tuple[str, Value], ...] = ()
+    """``ssl_*`` parameters (``rediss`` forms only), typed, for redis-py."""
     socket_timeout: float | None = None
     socket_connect_timeout: float | None = None
 
@@ -145,10 +145,15 @@ def parse_redis_url(url: str, schemes: Iterable[str] = REDIS_SCHEMES) -> RedisTa
     value = _check_syntax(url, schemes)
     shown = redact_url(value)
     scheme = value.partition(":")[0].lower()
-    if scheme in SINGLE_SCHEMES:
-        return RedisTarget("standalone", value, shown, tls=scheme == "rediss")
-    topology: Topology = "sentinel" if scheme in SENTINEL_SCHEMES else "cluster"
+    tls = scheme.startswith("rediss")
     parts = urlsplit(value)
+    if scheme in SINGLE_SCHEMES:
+        if scheme != "unix" and parts.path.strip("/"):
+            _database(unquote(parts.path.strip("/")), shown)
+        single = check_parameters(parts.query, "standalone", tls, scheme, shown)
+        return RedisTarget("standalone", value, shown, tls=tls,
+                           tls_options=tuple(sorted((k, v) for k, v in single.items() if k in TLS)))
+    topology: Topology = "sentinel" if scheme in SENTINEL_SCHEMES else "cluster"
     userinfo, _, hostlist = parts.netloc.rpartition("@")
     user, colon, password = userinfo.partition(":")
     hosts = tuple(_host_port(h, DEFAULT_PORTS[topology]) for h in hostlist.split(","))
@@ -167,35 +172,17 @@ def parse_redis_url(url: str, schemes: Iterable[str] = REDIS_SCHEMES) -> RedisTa
     elif segments and segments != ["0"]:
         raise ContractError(f"has a path, which a cluster URL does not take (a cluster has "
                             f"database 0 only): {shown!r}")
-    params: dict[str, str] = {}
-    try:
-        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError:
-        raise ContractError(f"has a query that cannot be read: {shown!r}") from None
-    for name, val in pairs:
-        if name not in PARAMETERS:
-            known = ", ".join(sorted(PARAMETERS))
-            raise ContractError(f"has a query parameter {_printable(name)!r} it does not take "
-                                f"(it takes {known}): {shown!r}")
-        if name.startswith("sentinel_") and topology != "sentinel":
-            raise ContractError(f"has {name}, which only a Sentinel URL takes: {shown!r}")
-        if name in TLS_PARAMETERS and not scheme.startswith("rediss"):
-            raise ContractError(f"has {name}, which only a rediss+ URL (TLS) takes: {shown!r}")
-        if name == "ssl_cert_reqs" and val not in CERT_REQS:
-            raise ContractError(f"has an ssl_cert_reqs that is not {', '.join(CERT_REQS)}: "
-                                f"{shown!r}")
-        params[name] = val
+    params = check_parameters(parts.query, topology, tls, scheme, shown)
     return RedisTarget(
-        topology, value, shown, tls=scheme.startswith("rediss"), hosts=hosts,
+        topology, value, shown, tls=tls, hosts=hosts,
         service=service, db=db,
         username=unquote(user) or None, password=unquote(password) if colon else None,
-        sentinel_username=params.get("sentinel_username") or None,
-        sentinel_password=params.get("sentinel_password") or None,
-        socket_timeout=_seconds(params, "socket_timeout", shown),
-        socket_connect_timeout=_seconds(params, "socket_connect_timeout", shown),
-        tls_options=tuple(sorted((k, v) for k, v in params.items() if k in TLS_PARAMETERS)),
+        sentinel_username=str(params.get("sentinel_username") or "") or None,
+        sentinel_password=str(params.get("sentinel_password") or "") or None,
+        socket_timeout=_float(params.get("socket_timeout")),
+        socket_connect_timeout=_float(params.get("socket_connect_timeout")),
+        tls_options=tuple(sorted((k, v) for k, v in params.items() if k in TLS)),
     )
-
 
 def _host_port(host: str, default: int) -> tuple[str, int]:
     if host.startswith("["):
@@ -212,17 +199,8 @@ def _database(text: str, shown: str) -> int:
     return int(text)
 
 
-def _seconds(params: dict[str, str], name: str, shown: str) -> float | None:
-    raw = params.get(name)
-    if raw is None:
-        return None
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds < float("inf"):
-        raise ContractError(f"has a {name} that is not a positive number of seconds: {shown!r}")
-    return seconds
+def _float(value: Value | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def check_redis_url(url: str, schemes: Iterable[str] = REDIS_SCHEMES) -> str:
