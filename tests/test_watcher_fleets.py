@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from coordinator.demo.localredis import LocalRedis
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.overview import read_each, read_overview
-from coordinator.fleet.registry import touch
+from coordinator.fleet.registry import forget, touch
 from coordinator.notify.consumer import Notifier
 from coordinator.notify.lane import group_for
 from coordinator.notify.settings import GROUP
@@ -293,7 +293,7 @@ async def test_the_watcher_follows_the_registry_as_fleets_come_and_go(
     assert sorted(w.watchers) == sorted([DEFAULT, *OTHERS])
     await forgotten(client, "late")
     assert await touch(client, "late")
-    await client.zrem("fleetgate:fleets", "email", DEFAULT)
+    assert await forget(client, "email") and await forget(client, DEFAULT)
     await w.check()
     assert sorted(w.watchers) == sorted([DEFAULT, "late", "search"])  # the default one stays
     assert [e["action"] for e in await events(client, "late")] == ["overdue"]

@@ -4,25 +4,36 @@
 Each fleet is read as ``fleetgate status`` reads it (``Fleet.status()``: the state hash, the
 ``replicas`` set and the records in bounded batches), or through ``read`` when the caller has a
 cheaper one (a snapshot cache). At most ``concurrency`` fleets are read at once, so a Redis with
-hundreds of fleets sees a steady trickle, not a burst; the reads share the caller's client. One
-fleet's read failing (Redis gone) fails the whole overview, and the reads still under way are
-cancelled with it: no read outlives the call.
+hundreds of fleets sees a steady trickle, not a burst; the reads share the caller's client.
+
+One fleet never blinds the others (``read_isolated``): a fleet whose read fails for a reason of
+its own (a key of the wrong type, a state hash edited into garbage, bytes that are not UTF-8, a
+bug) is a ``FleetError`` (its name and what is wrong), logged once per fleet and reason, and
+every view shows it as a row of its own. Redis unreachable fails the whole overview, and the
+reads still under way are cancelled with it: no read outlives the call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, TypeVar
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import FleetStatus
 from coordinator.fleet.registry import read_registry
 from replica.contract import now_utc
+from replica.errors import ContractError
+
+log = logging.getLogger(__name__)
 
 MAX_LISTED: Final = 1000
 """The most fleets an overview reads (newest activity first): each one is a read of its state
@@ -33,6 +44,60 @@ FLEET_READS: Final = 8
 StatusReader = Callable[[Fleet], Awaitable[FleetStatus]]
 _T = TypeVar("_T")
 _R = TypeVar("_R")
+
+UNREACHABLE: Final = (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError)
+"""Redis gone: the whole read fails. Any other exception of one fleet's read is that fleet's."""
+MAX_ERROR: Final = 200
+"""The most characters of a ``FleetError``'s text."""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetError:
+    """A fleet that could not be read, and why (one line, at most ``MAX_ERROR`` characters)."""
+
+    fleet: str
+    error: str
+
+    @classmethod
+    def of(cls, fleet: str, exc: BaseException) -> FleetError:
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:MAX_ERROR]
+        return cls(fleet, why.encode("utf-8", "replace").decode("utf-8"))
+
+
+_noted: dict[str, str] = {}
+
+
+def fleet_error(fleet: str, exc: BaseException) -> FleetError:
+    """``FleetError.of``, logged once per fleet and reason (with the traceback when it is not
+    a Redis or contract error: a bug)."""
+    error = FleetError.of(fleet, exc)
+    if _noted.get(fleet) != error.error:
+        if len(_noted) > 10_000:
+            _noted.clear()
+        _noted[fleet] = error.error
+        log.warning("fleet %s cannot be read, shown as such: %s", fleet, error.error,
+                    exc_info=not isinstance(exc, (RedisError, ContractError)))
+    return error
+
+
+async def read_isolated(
+    items: Sequence[_T], call: Callable[[_T], Awaitable[_R]], name: Callable[[_T], str],
+    concurrency: int = FLEET_READS,
+) -> list[_R | FleetError]:
+    """``read_each`` where one item's failure is its ``FleetError`` (``name(item)`` names its
+    fleet), not everyone's; Redis unreachable (``UNREACHABLE``) still fails the whole read."""
+
+    async def one(item: _T) -> _R | FleetError:
+        try:
+            return await call(item)
+        except asyncio.CancelledError:
+            raise
+        except UNREACHABLE:
+            raise
+        except Exception as exc:  # one fleet's trouble never blinds the others
+            return fleet_error(name(item), exc)
+
+    return await read_each(items, one, concurrency)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +111,8 @@ class Overview:
     truncated: bool = False
     unreadable: int = 0
     now: datetime = field(default_factory=now_utc)
+    errors: list[FleetError] = field(default_factory=list)
+    """The fleets that could not be read (each shown as a row that says why)."""
 
 
 async def _status(fleet: Fleet) -> FleetStatus:
@@ -91,14 +158,18 @@ async def read_overview(
     concurrency: int = FLEET_READS,
 ) -> Overview:
     """The registry's fleets (at most ``limit``, newest activity first) and each one's status.
-    ``fleet(name)`` makes the ``Fleet`` of a name (default: ``Fleet(redis, name)``). Raises
-    redis-py's errors when Redis cannot be reached."""
+    ``fleet(name)`` makes the ``Fleet`` of a name (default: ``Fleet(redis, name)``). A fleet
+    that cannot be read is in ``errors``. Raises redis-py's errors when Redis cannot be
+    reached."""
     registry = await read_registry(redis, limit + 1)
     names = registry.names[:limit]
     make = fleet if fleet is not None else (lambda name: Fleet(redis, name))
-    statuses = await read_statuses([make(n) for n in names], read, concurrency)
-    return Overview(statuses, registry.fleets, len(registry.names) > limit, registry.unreadable)
+    results = await read_isolated([make(n) for n in names], read, lambda f: f.name, concurrency)
+    statuses = [r for r in results if isinstance(r, FleetStatus)]
+    errors = [r for r in results if isinstance(r, FleetError)]
+    return Overview(statuses, registry.fleets, len(registry.names) > limit, registry.unreadable,
+                    errors=errors)
 
 
-__all__ = ["FLEET_READS", "MAX_LISTED", "Overview", "StatusReader", "read_each", "read_overview",
-           "read_statuses"]
+__all__ = ["FLEET_READS", "MAX_LISTED", "UNREACHABLE", "FleetError", "Overview", "StatusReader",
+           "fleet_error", "read_each", "read_isolated", "read_overview", "read_statuses"]

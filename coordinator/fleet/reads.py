@@ -4,7 +4,9 @@ Every replica may write to the ``replicas`` set and the records (the replica ACL
 readers trust neither: a member that is not a replica id (``ZADD ... 'bad id'``), a score that
 is not a number, a record key that is not a hash, a record that cannot be parsed is skipped and
 counted (``FleetStatus.unreadable``), logged once per change of the count. One bad member never
-blinds ``status``, the API, the metrics or ``wait``.
+blinds ``status``, the API, the metrics or ``wait``. The keys replicas write (the ``replicas``
+set, the records) are read as bytes, whatever the client decodes: a member or a field that is
+not UTF-8 is one unreadable entry, never an error of the whole read.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from datetime import datetime
 from typing import Any, Final
 
 from redis.asyncio import Redis
+from redis.client import NEVER_DECODE
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
 
 from coordinator.fleet.calls import again
 from coordinator.fleet.models import AuditEvent, FleetStatus, ReplicaInfo
@@ -116,6 +120,14 @@ def parse_members(pairs: Iterable[tuple[Any, Any]]) -> Members:
     return Members(scores, bad)
 
 
+def _flat(raw: Any) -> list[Any]:
+    """A ``ZRANGE ... WITHSCORES`` reply as a flat list (RESP3 answers pairs)."""
+    items = list(raw or [])
+    if items and isinstance(items[0], (list, tuple)):
+        return [x for pair in items for x in pair[:2]]
+    return items
+
+
 def parse_flat_members(flat: Sequence[Any]) -> Members:
     """``parse_members`` of a flat ``[member, score, ...]`` reply (a script's ZRANGE)."""
     return parse_members(zip(flat[::2], flat[1::2], strict=False))
@@ -155,17 +167,17 @@ class Reads:
         return FleetState.from_hash(self._name, raw)
 
     async def members(self) -> Members:
-        raw: Any = await again(
-            lambda: self._redis.zrange(self._keys.replicas, 0, -1, withscores=True)
-        )
-        return parse_members(raw)
+        raw: Any = await again(lambda: self._redis.execute_command(  # type: ignore[no-untyped-call]
+            "ZRANGE", self._keys.replicas, 0, -1, "WITHSCORES", **{NEVER_DECODE: True}))
+        return parse_flat_members(_flat(raw))
 
     async def snapshot(self) -> Snapshot:
         """The state and the members in one round trip."""
         for attempt in range(2):
             pipe = self._redis.pipeline(transaction=False)
             pipe.hgetall(self._keys.state)
-            pipe.zrange(self._keys.replicas, 0, -1, withscores=True)
+            pipe.execute_command(
+                "ZRANGE", self._keys.replicas, 0, -1, "WITHSCORES", **{NEVER_DECODE: True})
             try:
                 raw_state, raw_members = await uncancelled(pipe.execute())
                 break
@@ -174,21 +186,35 @@ class Reads:
                 # restart, not pipelines: this read is safe to send again
                 if attempt:
                     raise
-        return Snapshot(FleetState.from_hash(self._name, raw_state), parse_members(raw_members),
-                        restored_at(raw_state or {}))
+        return Snapshot(FleetState.from_hash(self._name, raw_state),
+                        parse_flat_members(_flat(raw_members)), restored_at(raw_state or {}))
 
     async def records(self, ids: Sequence[str], fields: Sequence[str]) -> list[list[Any] | None]:
         """The records of ``ids`` (checked ids: HMGET of ``fields``, or HGETALL when empty), in
-        order, in one script call per ``batch`` records; None for a key that is not a hash."""
+        order, in one script call per ``batch`` records; None for a key that is not a hash.
+        The values are bytes (never decoded by the client: a replica may write any bytes)."""
         out: list[list[Any] | None] = []
         batch = self.batch
         for i in range(0, len(ids), batch):
             record_keys = [self.record_key(r) for r in ids[i:i + batch]]
             result = await again(
-                lambda: self._read_records(keys=record_keys, args=list(fields))  # noqa: B023
+                lambda: self._records_raw(record_keys, list(fields))  # noqa: B023
             )
             out.extend(None if x is None else list(x) for x in result)
         return out
+
+    async def _records_raw(self, record_keys: list[str], fields: list[str]) -> Any:
+        """``READ_RECORDS_LUA`` over ``record_keys``, its reply never decoded (loaded first
+        when Redis does not have it)."""
+        script = self._read_records
+        call = ("EVALSHA", script.sha, len(record_keys), *record_keys, *fields)
+        try:
+            return await uncancelled(self._redis.execute_command(  # type: ignore[no-untyped-call]
+                *call, **{NEVER_DECODE: True}))
+        except NoScriptError:
+            await uncancelled(self._redis.script_load(READ_RECORDS_LUA))
+            return await uncancelled(self._redis.execute_command(  # type: ignore[no-untyped-call]
+                *call, **{NEVER_DECODE: True}))
 
     async def infos(
         self, members: Members, include_stale: bool = True
@@ -204,7 +230,11 @@ class Reads:
             if flat is None:
                 bad += 1
                 continue
-            pairs = [text(x) for x in flat]
+            try:  # a field or value that is not UTF-8: the record cannot be read
+                pairs = [x.decode("utf-8") if isinstance(x, bytes) else text(x) for x in flat]
+            except UnicodeDecodeError:
+                bad += 1
+                continue
             raw = dict(zip(pairs[::2], pairs[1::2], strict=False))
             try:
                 info = ReplicaInfo.from_record(

@@ -7,7 +7,13 @@ The shape (``fleets --json``)::
                  "since": "...", "version": 4, "holds": {...} | absent, "replicas": 4,
                  "live": 3, "stale": 1, "unacknowledged": 0, "unreadable": 0,
                  "pause_age_s": 252.1, "overdue": false, "last_activity": "..."}, ...],
-     "truncated": false, "unreadable": 0, "now": "..."}
+     "truncated": false, "unreadable": 0, "errors": 0, "now": "..."}
+
+A fleet that cannot be read (a key of the wrong type, a state hash edited into garbage: see
+``coordinator.fleet.overview.read_isolated``) is a row of its own, ``{"fleet": ..., "error":
+"what is wrong", "last_activity": ...}`` (the figures absent), listed first; ``errors`` counts
+them, and the others are read as usual. ``unreadable`` counts the registry members skipped
+(not fleet names, not UTF-8, a score that is not a time).
 
 Paused fleets first (overdue ones before the others), then by name. ``holds`` is the state's
 ``holds`` object when the state carries holds, each hold with its ``status`` (scheduled,
@@ -28,7 +34,7 @@ from rich.text import Text
 
 from coordinator.durations import format_age
 from coordinator.fleet.models import FleetStatus
-from coordinator.fleet.overview import Overview
+from coordinator.fleet.overview import FleetError, Overview
 from coordinator.render.holds import holds_dict
 from coordinator.render.status import summary
 from coordinator.render.text import cell
@@ -69,9 +75,21 @@ def row(
     return out
 
 
+def error_row(error: FleetError, activity_ms: float | None = None) -> dict[str, Any]:
+    """The row of a fleet that could not be read: its name, what is wrong, its activity."""
+    return {
+        "fleet": error.fleet,
+        "error": error.error,
+        "last_activity": None if activity_ms is None else format_time(
+            datetime.fromtimestamp(activity_ms / 1000, tz=UTC)),
+    }
+
+
 def sort_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Paused fleets first (overdue ones before the others), then by name."""
-    return sorted(rows, key=lambda r: (not r["paused"], not r["overdue"], r["fleet"]))
+    """Fleets that cannot be read first, then paused fleets (overdue ones before the others),
+    then by name."""
+    return sorted(rows, key=lambda r: ("error" not in r, not r.get("paused"),
+                                       not r.get("overdue"), r["fleet"]))
 
 
 def overview_dict(overview: Overview, max_pause: float) -> dict[str, Any]:
@@ -79,10 +97,12 @@ def overview_dict(overview: Overview, max_pause: float) -> dict[str, Any]:
     now = overview.now
     rows = [fleet_row(st, now, max_pause, overview.activity_ms.get(st.state.fleet))
             for st in overview.statuses]
+    rows += [error_row(e, overview.activity_ms.get(e.fleet)) for e in overview.errors]
     return {
         "fleets": sort_rows(rows),
         "truncated": overview.truncated,
         "unreadable": overview.unreadable,
+        "errors": len(overview.errors),
         "now": format_time(now),
     }
 
@@ -109,6 +129,10 @@ def overview_renderable(overview: Overview, max_pause: float) -> RenderableType:
                  "reason"):
         table.add_column(name, justify="right" if name in ("live", "stale", "unacked") else "left")
     for row in data["fleets"]:
+        if "error" in row:
+            table.add_row(cell(row["fleet"]), cell("UNREADABLE", style="bold red"),
+                          *(cell("-") for _ in range(6)), cell(row["error"], style="red"))
+            continue
         state = by_name[row["fleet"]]
         age = row["pause_age_s"]
         holds = active_hold_names(state, overview.now)
@@ -130,19 +154,23 @@ def overview_renderable(overview: Overview, max_pause: float) -> RenderableType:
                           style="italic"))
     else:
         total = len(data["fleets"])
-        paused = sum(1 for r in data["fleets"] if r["paused"])
+        paused = sum(1 for r in data["fleets"] if r.get("paused"))
+        bad = data["errors"]
         parts.append(Text(f"{total} fleet{'' if total == 1 else 's'}: {paused} paused, "
-                          f"{total - paused} running"))
+                          f"{total - paused - bad} running"
+                          + (f", {bad} cannot be read" if bad else "")))
         parts.append(table)
     if overview.truncated:
         parts.append(Text(f"only the {len(data['fleets'])} most recently active fleets are shown",
                           style="yellow"))
     if overview.unreadable:
         parts.append(Text(f"{overview.unreadable} member(s) of fleetgate:fleets are not fleet "
-                          "names: skipped", style="yellow"))
+                          "names (or not UTF-8, or scored with no time): skipped",
+                          style="yellow"))
     return Group(*parts)
 
 
 __all__ = [
-    "active_hold_names", "fleet_row", "overview_dict", "overview_renderable", "row", "sort_rows",
+    "active_hold_names", "error_row", "fleet_row", "overview_dict", "overview_renderable", "row",
+    "sort_rows",
 ]

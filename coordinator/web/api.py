@@ -191,7 +191,8 @@ def create_app(
         shown = [fleet, *(cache.get(name) for name in listed.names if name != fleet.name)]
         return Response(
             await render_fleets(
-                snapshots_of(request), shown, settings.max_pause, runtime.notifier, fleet.name
+                snapshots_of(request), shown, settings.max_pause, runtime.notifier, fleet.name,
+                registry_unreadable=listed.unreadable, watcher=runtime.watcher,
             ),
             media_type=CONTENT_TYPE,
         )

@@ -10,9 +10,12 @@ change or a replica joining or leaving).
 * ``fleet_view``: the body of ``GET /api/fleets/{name}``: the summary shape, or every record a
   page at a time (``coordinator.fleet.views.fleet_body``).
 * ``overview``: the body of ``GET /api/fleets``: one ``fleet_row`` per fleet, paused ones first,
-  the fleets read a few at once (``coordinator.fleet.overview.read_each``).
-* ``listed_fleets``: the fleets of the registry (``fleetgate:fleets``), newest activity first,
-  at most ``MAX_LISTED``.
+  the fleets read a few at once (``coordinator.fleet.overview.read_isolated``): a fleet that
+  cannot be read is a row ``{"fleet", "error", "last_activity", "read_at": null}`` of its own
+  (first), counted in ``errors``, and the others answer as usual.
+* ``listed_fleets``: the fleets of the registry (``coordinator.fleet.registry``: the fleets a
+  coordinator changed first, then those replicas announced, newest activity first), at most
+  ``MAX_LISTED``.
 """
 
 from __future__ import annotations
@@ -26,13 +29,13 @@ from fastapi import Request
 from redis.asyncio import Redis
 
 from coordinator.fleet.fleet import Fleet
-from coordinator.fleet.overview import FLEET_READS, read_each
+from coordinator.fleet.overview import FLEET_READS, FleetError, read_isolated
 from coordinator.fleet.registry import read_registry
 from coordinator.fleet.snapshots import Snapshots
 from coordinator.fleet.summary import FleetSummary
 from coordinator.fleet.views import fleet_body
 from coordinator.render import fleet_status_dict
-from coordinator.render.fleets import row, sort_rows
+from coordinator.render.fleets import error_row, row, sort_rows
 from replica.contract import format_time, now_utc
 
 MAX_LISTED: Final = 1000
@@ -89,11 +92,20 @@ async def overview(
         summary = await snapshots.summary(fleet, max_pause, now)
         return fleet_row(summary, listed.activity_ms.get(fleet.name), now)
 
-    rows = await read_each(fleets, row, concurrency)
+    rows = []
+    errors = 0
+    for result in await read_isolated(fleets, row, lambda f: f.name, concurrency):
+        if isinstance(result, FleetError):
+            errors += 1
+            rows.append({**error_row(result, listed.activity_ms.get(result.fleet)),
+                         "read_at": None})
+        else:
+            rows.append(result)
     return {
         "fleets": sort_rows(rows),
         "truncated": listed.truncated,
         "unreadable": listed.unreadable,
+        "errors": errors,
         "now": format_time(now),
     }
 

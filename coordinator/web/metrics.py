@@ -14,6 +14,18 @@ Metrics (every fleet of the registry ``fleetgate:fleets`` and the default one, a
     fleetgate_fleet_queued{fleet}               items queued on live replicas
     fleetgate_fleet_replicas_unreadable{fleet}  entries of the replicas set (or their records)
                                                 that cannot be read: skipped by every reader
+    fleetgate_fleet_read_error{fleet}           1 when the fleet could not be read at this
+                                                scrape (a key of the wrong type, a state hash
+                                                edited into garbage): its other series are
+                                                absent; 0 for every fleet read
+    fleetgate_registry_unreadable               members of fleetgate:fleets skipped at this
+                                                scrape (not fleet names, not UTF-8, a score
+                                                that is not a time)
+    fleetgate_registry_dropped_total            members the watcher removed from
+                                                fleetgate:fleets (invalid, or the oldest past
+                                                its bound; this process)
+    fleetgate_watcher_failures_total            unexpected errors of the watcher's passes
+                                                (this process; logged with the traceback once)
     fleetgate_webhook_deliveries_total{fleet}   notifications a receiver accepted (this process)
     fleetgate_webhook_failures_total{fleet}     failed attempts to deliver one (each retry counts)
     fleetgate_webhook_given_up_total{fleet}     notifications given up after FLEETGATE_WEBHOOK_MAX_AGE
@@ -23,7 +35,9 @@ Metrics (every fleet of the registry ``fleetgate:fleets`` and the default one, a
 ``render_fleets`` reads each fleet through the coordinator's snapshot cache
 (``coordinator.fleet.snapshots``: the records at most once per ``FLEETGATE_REFRESH_INTERVAL``
 however many scrapes, dashboards and API clients ask, and again at once after a change) and
-fills a fresh ``CollectorRegistry``, reading ``FLEET_READS`` fleets at once. The webhook
+fills a fresh ``CollectorRegistry``, reading ``FLEET_READS`` fleets at once; one fleet that cannot
+be read is its ``fleetgate_fleet_read_error`` series, never a failed scrape (Redis unreachable
+still is: 503). The webhook
 counters are the notifier's (this process's, every fleet it follows), labelled with the
 default fleet. The overdue watcher (``OverdueWatcher``, ``FleetsWatcher``) lives in
 ``coordinator.web.watcher``.
@@ -38,12 +52,15 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from coordinator.fleet.fleet import Fleet
-from coordinator.fleet.overview import FLEET_READS, read_each
+from coordinator.fleet.overview import FLEET_READS, FleetError, read_isolated
 from coordinator.fleet.snapshots import Snapshots
 from coordinator.fleet.summary import FleetSummary
 from coordinator.notify.consumer import Notifier
 from coordinator.render import REPLICA_STATES
-from coordinator.web.watcher import OverdueWatcher  # re-exported: callers knew it here
+from coordinator.web.watcher import (
+    FleetsWatcher,
+    OverdueWatcher,  # re-exported: callers knew it here
+)
 from replica.contract import now_utc
 
 log = logging.getLogger(__name__)
@@ -63,10 +80,15 @@ async def render_fleets(
     max_pause: float,
     notifier: Notifier | None = None,
     notifier_fleet: str | None = None,
+    *,
+    registry_unreadable: int | None = None,
+    watcher: FleetsWatcher | None = None,
 ) -> bytes:
     """The metrics of ``fleets``, each series labelled with its fleet (read through
-    ``snapshots``; raises ``RedisError``), with the notifier's counters, labelled
-    ``notifier_fleet``, when it runs."""
+    ``snapshots``; raises ``RedisError`` when Redis cannot be reached; a fleet that cannot be
+    read is its ``fleetgate_fleet_read_error`` series), with the notifier's counters, labelled
+    ``notifier_fleet``, when it runs, the registry members skipped (``registry_unreadable``)
+    and the watcher's counters when given."""
     registry = CollectorRegistry(auto_describe=False)
     gauges = _Gauges(registry)
     now = now_utc()
@@ -74,8 +96,18 @@ async def render_fleets(
     async def summary(fleet: Fleet) -> FleetSummary:
         return await snapshots.summary(fleet, max_pause, now)
 
-    for fs in await read_each(list(fleets), summary, FLEET_READS):  # a few fleets at once
-        gauges.add(fs)
+    # a few fleets at once, each one alone
+    for result in await read_isolated(list(fleets), summary, lambda f: f.name, FLEET_READS):
+        if isinstance(result, FleetError):
+            gauges.read_error.labels(result.fleet).set(1)
+        else:
+            gauges.add(result)
+    if registry_unreadable is not None:
+        Gauge("fleetgate_registry_unreadable",
+              "Members of fleetgate:fleets skipped: not fleet names, not UTF-8, no time",
+              registry=registry).set(registry_unreadable)
+    if watcher is not None:
+        registry.register(_WatcherCollector(watcher))
     if notifier is not None and notifier_fleet is not None:
         registry.register(_NotifierCollector(notifier_fleet, notifier))
     return generate_latest(registry)
@@ -113,6 +145,10 @@ class _Gauges:
             "fleetgate_fleet_replicas_unreadable",
             "Entries of the replicas set (or their records) that cannot be read, skipped",
         )
+        self.read_error = gauge(
+            "fleetgate_fleet_read_error",
+            "1 when the fleet could not be read (its other series are absent), else 0",
+        )
 
     def add(self, fs: FleetSummary) -> None:
         state, s = fs.state, fs.counts()
@@ -128,6 +164,27 @@ class _Gauges:
         self.in_flight.labels(name).set(s["in_flight"])
         self.queued.labels(name).set(s["queued"])
         self.unreadable.labels(name).set(s["unreadable"])
+        self.read_error.labels(name).set(0)
+
+
+class _WatcherCollector:
+    """The watcher's process-local counters."""
+
+    def __init__(self, watcher: FleetsWatcher) -> None:
+        self.watcher = watcher
+
+    def collect(self) -> list[Metric]:
+        dropped = CounterMetricFamily(
+            "fleetgate_registry_dropped",
+            "Members the watcher removed from fleetgate:fleets (invalid, or past its bound)",
+            value=self.watcher.registry_dropped,
+        )
+        failures = CounterMetricFamily(
+            "fleetgate_watcher_failures",
+            "Unexpected errors of the watcher's passes (each logged once with its traceback)",
+            value=self.watcher.failures,
+        )
+        return [dropped, failures]
 
 
 class _NotifierCollector:

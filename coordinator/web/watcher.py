@@ -15,7 +15,12 @@ checks the fleets, at most ``FLEET_READS`` at once (``coordinator.fleet.overview
 and reads the registry again every ``registry_interval`` (no ``SCAN``, no ``KEYS``). Each
 fleet's check stands alone: a fleet whose state cannot be read (a hash edited into garbage, a
 key of the wrong type) is logged once, skipped, and logged again when it reads well; the others
-go on. Redis unreachable ends the pass (one line, and one when it answers again). Two servers
+go on. Redis unreachable ends the pass (one line, and one when it answers again). Any other
+exception of a pass (a bug, a reply it did not expect) is logged once per kind with its
+traceback, counted (``failures``, ``fleetgate_watcher_failures_total``) and the next pass runs:
+the watcher never dies. At each read of the registry it also prunes ``fleetgate:fleets``
+(``coordinator.fleet.registry.prune``: members that are not fleet names, and the oldest past its
+bound), counted in ``registry_dropped``. Two servers
 raise each alert and write each window edge once (the scripts on the fleet's ``alerted`` hash).
 """
 
@@ -35,7 +40,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from coordinator.durations import format_age
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.overview import FLEET_READS, MAX_LISTED, read_each
-from coordinator.fleet.registry import read_registry
+from coordinator.fleet.registry import Registry, prune, read_registry
 from coordinator.notify.alerts import Alerts
 from coordinator.notify.windows import WindowAudit
 from coordinator.render import is_overdue, pause_age_s
@@ -116,6 +121,9 @@ class OverdueWatcher:
             if not self._redis_down:
                 self._redis_down = True
                 log.warning("fleet %s: the watcher cannot reach Redis: %s", self.fleet.name, exc)
+            return
+        except Exception as exc:  # never the end of the watch: the next check tries again
+            self._unreadable(f"{type(exc).__name__}: {exc}")
             return
         if self._redis_down:
             self._redis_down = False
@@ -248,6 +256,11 @@ class FleetsWatcher:
         self._redis_down = False
         self.passes = 0
         """Passes over the fleets completed (for tests)."""
+        self.failures = 0
+        """Passes ended by an exception the watcher did not expect (each kind logged once)."""
+        self.registry_dropped = 0
+        """Members removed from ``fleetgate:fleets`` by ``prune`` (invalid, or past its bound)."""
+        self._failed: set[str] = set()
 
     @property
     def warnings(self) -> int:
@@ -285,14 +298,16 @@ class FleetsWatcher:
         return watcher
 
     async def check(self) -> None:
-        """One pass over the fleets (the registry read again when due). Never raises a Redis
-        error: it is logged once, and the next pass tries again."""
+        """One pass over the fleets (the registry read again when due). Never raises but a
+        cancellation: a Redis error is logged once, any other exception logged once per kind
+        with its traceback and counted (``failures``), and the next pass tries again."""
         try:
             if time.monotonic() >= self._next_registry:
                 registry = await read_registry(self.default.redis, self.limit)
                 self._listed = registry.names[:self.limit]
                 self._next_registry = time.monotonic() + self.registry_interval
                 self._follow(self._listed)
+                await self._prune(registry)
             await self._pass()
         except asyncio.CancelledError:
             raise
@@ -301,10 +316,30 @@ class FleetsWatcher:
                 self._redis_down = True
                 log.warning("the watcher cannot reach Redis: %s", exc)
             return
+        except Exception as exc:  # a bug or a reply not expected: never the end of the watch
+            self.failures += 1
+            kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            if kind not in self._failed:
+                self._failed.add(kind)
+                log.exception("the watcher's pass failed (it goes on; logged once per kind)")
+            else:
+                log.debug("the watcher's pass failed again: %s", exc)
+            return
         if self._redis_down:
             self._redis_down = False
             log.info("the watcher reaches Redis again (%d fleets)", len(self.watchers))
         self.passes += 1
+
+    async def _prune(self, registry: Registry) -> None:
+        """Bound ``fleetgate:fleets`` (``registry.prune``); a failure is logged, not raised."""
+        try:
+            self.registry_dropped += await prune(self.default.redis, registry)
+        except asyncio.CancelledError:
+            raise
+        except _UNREACHABLE:
+            raise
+        except RedisError as exc:  # NOPERM under an older ACL: listing still works
+            log.debug("the registry could not be pruned: %s", exc)
 
     def _follow(self, names: list[str]) -> None:
         """Watch the fleets listed (and the default one); forget the others."""

@@ -13,6 +13,14 @@ a change, a replica's start, its heartbeat now and then). Not a fleet's key (no 
 cluster it is one key in a slot of its own, so it never goes in a script with a fleet's keys.
 ``fleetgate fleets`` and ``GET /api/fleets`` list fleets from it, without SCAN or KEYS."""
 
+FLEETS_CHANGED_KEY: Final = "fleetgate:fleets:changed"
+"""Sorted set: every fleet a coordinator changed (paused, resumed, a hold), scored by the time
+of its last change (ms since the epoch). Written only by coordinators: the replica ACL lets a
+replica ``ZADD`` ``fleetgate:fleets`` (that exact key) and nothing else, so names replicas
+announce never crowd a fleet that has a state out of the listings (``fleetgate fleets``,
+``GET /api/fleets``, ``/metrics``, the watcher, the notifier). No hash tag, as
+``FLEETS_KEY``."""
+
 
 @dataclass(frozen=True, slots=True)
 class Keys:
