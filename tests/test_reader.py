@@ -150,6 +150,30 @@ async def test_entries_a_read_returns_after_the_pool_was_held_go_back_to_the_gro
         assert sorted(peer.done) == [f"i{n}" for n in range(5)] and held_by_a.done == []
 
 
+async def test_taking_back_what_it_handed_back_is_logged_as_such_not_as_a_claim(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = Recorder()
+    settings = make_settings(redis_url, fleet_name, "a", claim_idle=CLAIM_IDLE)
+    async with running(settings, recorder) as a:
+        learn_runs = a.ledger.learn_runs
+
+        async def held_while_admitting(works: Any, timeout: float) -> None:
+            a.pool.hold("db maintenance", FLEET_SOURCE)
+            await learn_runs(works, timeout)
+
+        a.ledger.learn_runs = held_while_admitting  # type: ignore[method-assign]
+        await enqueue(redis, fleet_name, 2)
+        await parked(a)
+        a.ledger.learn_runs = learn_runs  # type: ignore[method-assign]
+        with caplog.at_level("INFO", logger=reader_module.__name__):
+            a.pool.resume(FLEET_SOURCE)
+            await recorder.wait(lambda: len(recorder.done) == 2, timeout=15.0)
+    messages = [r.getMessage() for r in caplog.records if r.name == reader_module.__name__]
+    assert any(m.startswith("took back 2 items it had handed back") for m in messages), messages
+    assert not any(m.startswith("claimed") for m in messages), messages
+
+
 async def test_entries_delivered_to_a_read_the_pause_aborted_go_back_to_the_group(
     private_redis: LocalRedis, fleet_name: str
 ) -> None:

@@ -73,6 +73,8 @@ BACKOFF_MIN_S: Final = 0.1
 BACKOFF_MAX_S: Final = 5.0
 VIA_COUNTER: Final = {"read": "read", "claim": "claimed", "history": "recovered"}
 RAW: Final = {NEVER_DECODE: True}
+HANDED_KEPT: Final = 10_000
+"""How many handed-back entry ids a reader remembers, to log taking them again as such."""
 """Command option: read this reply undecoded, even on a client with decode_responses=True."""
 
 
@@ -126,6 +128,9 @@ class StreamReader:
         self._history_cursor: str | None = "0"  # own pending entries first, then ">"
         self._claim_cursor = "0-0"
         self._next_claim = 0.0
+        self._handed: dict[str, None] = {}
+        """The entries this replica handed back lately (oldest first, at most ``HANDED_KEPT``),
+        so that taking them again is logged as what it is, not as a claim of a silent peer's."""
 
     def stop(self) -> None:
         """Stop after the current round; a read in progress is aborted at once."""
@@ -237,7 +242,14 @@ class StreamReader:
                    if entry_id is not None]
         got = await self._admit(entries, "claim")
         if got:
-            log.info("claimed %d items idle for over %ss on %s", got, self.claim_idle, self.stream)
+            own = sum(1 for entry_id, _ in entries if entry_id in self._handed)
+            for entry_id, _ in entries:
+                self._handed.pop(entry_id, None)
+            if own:
+                log.info("took back %d items it had handed back on %s", own, self.stream)
+            if got > own:
+                log.info("claimed %d items idle for over %ss, or handed back by a peer, on %s",
+                         got - own, self.claim_idle, self.stream)
         return got
 
     async def _read(self, room: int) -> int:
@@ -316,6 +328,10 @@ class StreamReader:
             self._note_lost_reply(exc)
             raise
         self._counts["handed_back"] += len(ids)
+        for entry_id in ids:
+            self._handed[entry_id] = None
+        while len(self._handed) > HANDED_KEPT:
+            del self._handed[next(iter(self._handed))]
         self._next_claim = 0.0  # sweep in the first round this replica reads again
         self._claim_cursor = "0-0"
         log.info("%s handed %d entries back to %s/%s (read once its pool was held, or by a "
