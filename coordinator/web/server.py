@@ -27,6 +27,7 @@ from coordinator.settings import CoordinatorSettings, redact
 from coordinator.web.api import create_app
 from replica.errors import ConfigError
 from replica.service.shutdown import Shutdown
+from replica.service.slowclients import guarded_h11
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,10 @@ def serve_forever(
             settings.fleet, settings.host, sock.getsockname()[1], redact(settings.redis_url),
         )
         config = uvicorn.Config(
-            application, host=settings.host, port=settings.port, log_config=None, lifespan="on"
+            application, host=settings.host, port=settings.port, log_config=None, lifespan="on",
+            # slow and idle clients (replica.service.slowclients): a whole request within
+            # FLEETGATE_HTTP_HEADER_TIMEOUT, at most FLEETGATE_HTTP_MAX_CONNECTIONS at once
+            http=guarded_h11(settings.http_header_timeout, settings.http_max_connections),
         )
         server = Server(config)
         try:

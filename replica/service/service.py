@@ -41,6 +41,7 @@ from replica.service.handlers import HandlerContext, LoadedHandler, _context
 from replica.service.http import create_app
 from replica.service.metrics import ReplicaMetrics
 from replica.service.settings import BreakerSettings, ReplicaSettings
+from replica.service.slowclients import guarded_h11
 from replica.service.source import StreamSource
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,7 @@ class ReplicaService:
         config = uvicorn.Config(
             self.app, log_config=None, access_log=False, lifespan="off",
             timeout_graceful_shutdown=int(HTTP_SHUTDOWN_S),
+            http=guarded_h11(s.http_header_timeout, s.http_max_connections),
         )
         config.load()
         self._server = _Server(config)

@@ -63,6 +63,11 @@ class ReplicaSettings(BaseSettings):
     """Where the HTTP side (probes, admin, metrics) listens."""
     port: int = Field(default=8000, ge=0, le=65535)
     """The HTTP port (0: any free port, logged at start)."""
+    http_header_timeout: float = Field(default=10.0, gt=0, le=3600)
+    """Seconds a client of the HTTP side has to send a whole request (line, headers, body) once
+    its connection opens or its last response is sent; past that the connection is closed."""
+    http_max_connections: int = Field(default=256, ge=1, le=100_000)
+    """HTTP connections open at once; one more is answered 503 and closed before it is read."""
     handler: str | None = None
     """The work handler, "module:function" naming an `async def handle(item)` (also --handler)."""
     workers: int = Field(default=4, ge=1, le=10_000)
