@@ -37,6 +37,10 @@ CLOSED_WITHIN_S = 15.0
 Server = Callable[[float, int], AbstractAsyncContextManager[int]]
 
 
+def _text(log: Path) -> str:
+    return log.read_text()
+
+
 @contextlib.asynccontextmanager
 async def _coordinator(
     redis_url: str, processes: Processes, log: Path, header_timeout: float, max_connections: int
@@ -56,8 +60,8 @@ async def _coordinator(
     deadline = time.monotonic() + 30
     async with httpx.AsyncClient(timeout=1) as client:
         while True:
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, f"serve did not answer: {log.read_text()}"
+            assert proc.poll() is None, _text(log)
+            assert time.monotonic() < deadline, f"serve did not answer: {_text(log)}"
             with contextlib.suppress(httpx.HTTPError):
                 if (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
                     break
