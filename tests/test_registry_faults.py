@@ -267,3 +267,21 @@ async def test_the_watcher_bounds_the_registry_and_counts_what_it_drops(
         assert (await list_fleets(client))[0] == "orders"
     finally:
         await client.aclose()
+
+
+async def test_a_fleet_paused_before_the_changed_registry_existed_is_noted_and_never_crowded_out(
+    url: str, raw: syncredis.Redis
+) -> None:
+    client = aioredis.Redis.from_url(url, decode_responses=True)
+    try:
+        await Fleet(client, "legacy").pause("paused by an older coordinator", by="erin")
+        await client.zrem(FLEETS_CHANGED_KEY, "legacy")  # as an older coordinator left it
+        w = FleetsWatcher(Fleet(client, "orders"), make_settings(url, "orders"),
+                          lambda n: Fleet(client, n), registry_interval=0)
+        await w.check()
+        assert await client.zscore(FLEETS_CHANGED_KEY, "legacy") is not None
+        assert await client.zscore(FLEETS_CHANGED_KEY, "orders") is None  # no state: not noted
+        raw.zadd(FLEETS_KEY, {f"fake-{i}": now_ms() + 60_000 for i in range(1001)})
+        assert (await read_overview(client)).statuses[0].state.fleet == "legacy"
+    finally:
+        await client.aclose()

@@ -98,6 +98,19 @@ note_change = touch
 """The coordinator's registry write after a change (``touch``), by a clearer name."""
 
 
+async def note_states(redis: Redis, fleets: Sequence[str]) -> int:
+    """Add ``fleets`` (seen with a state) to ``fleetgate:fleets:changed`` where missing, scored
+    now (``ZADD NX``: a change's time is kept); returns how many were added. For states written
+    before that key existed (the watcher calls it). Raises redis-py's errors."""
+    names = [validate_fleet(f) for f in fleets]
+    if not names:
+        return 0
+    score = int(time.time() * 1000)
+    added: Any = await uncancelled(
+        redis.zadd(FLEETS_CHANGED_KEY, dict.fromkeys(names, score), nx=True))
+    return int(added)
+
+
 def _pairs(raw: Any) -> list[tuple[Any, Any]]:
     """A ``ZRANGE ... WITHSCORES`` reply as ``(member, score)`` pairs: flat (RESP2) or
     nested (RESP3)."""
@@ -234,5 +247,5 @@ def _once(message: str, kind: str) -> None:
 
 __all__ = [
     "FLEETS_CHANGED_KEY", "FLEETS_KEY", "MAX_FLEETS", "Registry", "fleets_with_state", "forget",
-    "list_fleets", "note_change", "prune", "read_registry", "touch",
+    "list_fleets", "note_change", "note_states", "prune", "read_registry", "touch",
 ]

@@ -20,7 +20,9 @@ exception of a pass (a bug, a reply it did not expect) is logged once per kind w
 traceback, counted (``failures``, ``fleetgate_watcher_failures_total``) and the next pass runs:
 the watcher never dies. At each read of the registry it also prunes ``fleetgate:fleets``
 (``coordinator.fleet.registry.prune``: members that are not fleet names, and the oldest past its
-bound), counted in ``registry_dropped``. Two servers
+bound), counted in ``registry_dropped``, and notes in ``fleetgate:fleets:changed`` each fleet it
+found with a state that key lacks (a state written before it existed), so that no flood of names
+hides it. Two servers
 raise each alert and write each window edge once (the scripts on the fleet's ``alerted`` hash).
 """
 
@@ -40,7 +42,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from coordinator.durations import format_age
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.overview import FLEET_READS, MAX_LISTED, read_each
-from coordinator.fleet.registry import Registry, prune, read_registry
+from coordinator.fleet.registry import Registry, note_states, prune, read_registry
 from coordinator.notify.alerts import Alerts
 from coordinator.notify.windows import WindowAudit
 from coordinator.render import is_overdue, pause_age_s
@@ -86,6 +88,8 @@ class OverdueWatcher:
         self._redis_down = False
         self.unreadable: str | None = None
         """Why the fleet's state could not be read at the last check (None: it could)."""
+        self.version = 0
+        """The state's version at the last check that read it (0: no state)."""
         self.warnings = 0
         """Overdue WARNING lines logged so far."""
         self.restores = 0
@@ -140,6 +144,7 @@ class OverdueWatcher:
                     self.restores += 1
                     log.warning("fleet %s: the state hash was missing and was restored", self.fleet.name)
             state = await self.fleet.state()
+            self.version = state.version
         except _UNREACHABLE:
             raise
         except (ContractError, RedisError) as exc:  # a bad hash, WRONGTYPE, NOPERM...
@@ -251,6 +256,8 @@ class FleetsWatcher:
         self._watch(default)
         self.tick = self.watchers[default.name].tick
         self._listed: list[str] = []
+        self._changed: set[str] | None = None
+        """The fleets of ``fleetgate:fleets:changed`` at the last registry read (None: not read)."""
         self._next_registry = 0.0
         self._task: asyncio.Task[None] | None = None
         self._redis_down = False
@@ -305,10 +312,12 @@ class FleetsWatcher:
             if time.monotonic() >= self._next_registry:
                 registry = await read_registry(self.default.redis, self.limit)
                 self._listed = registry.names[:self.limit]
+                self._changed = set(registry.changed)
                 self._next_registry = time.monotonic() + self.registry_interval
                 self._follow(self._listed)
                 await self._prune(registry)
             await self._pass()
+            await self._note_states()
         except asyncio.CancelledError:
             raise
         except (RedisError, OSError, TimeoutError) as exc:
@@ -340,6 +349,26 @@ class FleetsWatcher:
             raise
         except RedisError as exc:  # NOPERM under an older ACL: listing still works
             log.debug("the registry could not be pruned: %s", exc)
+
+    async def _note_states(self) -> None:
+        """Note the fleets seen with a state that ``fleetgate:fleets:changed`` lacks (a state
+        written before that key existed): they are never crowded out of the listings."""
+        if self._changed is None:
+            return
+        missing = [name for name, w in self.watchers.items()
+                   if w.version > 0 and w.unreadable is None and name not in self._changed]
+        if missing:
+            try:
+                noted = await note_states(self.default.redis, missing)
+            except _UNREACHABLE:
+                raise
+            except RedisError as exc:  # NOPERM under an older ACL: tried at the next read
+                log.debug("fleets with a state could not be noted: %s", exc)
+                return
+            self._changed.update(missing)
+            if noted:
+                log.info("noted %d fleet(s) with a state in the registry of changed fleets",
+                         noted)
 
     def _follow(self, names: list[str]) -> None:
         """Watch the fleets listed (and the default one); forget the others."""
