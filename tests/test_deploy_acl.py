@@ -280,7 +280,7 @@ def _denied(call: Callable[[], object]) -> redis.ResponseError:
     error = caught.value
     message = str(error)
     assert isinstance(error, redis.exceptions.NoPermissionError) or re.search(
-        r"can't (access|publish|run)|no permissions", message
+        r"can't (access|publish|run)|no permissions", message, re.IGNORECASE
     ), f"failed, but not because of the ACL: {message}"
     return error
 

