@@ -81,9 +81,14 @@ def pause(
     at: Annotated[str | None, typer.Option("--at", help=(
         "Start the hold then: an ISO 8601 time (2026-12-01T02:00Z) or a duration from now "
         "(2h); --for and --auto-resume count from it."))] = None,
+    reschedule: Annotated[bool, typer.Option("--reschedule", help=(
+        "With --at, move a hold that is active now to the later start: it ends now (the "
+        "fleet resumes if no other hold is active). Without it, that is refused (exit 2)."))] = False,
 ) -> None:
     """Pause the fleet: every replica finishes the item in hand and takes no more. The pause
-    is the fleet hold --hold (default 'default'): the fleet stays paused while any hold is."""
+    is the fleet hold --hold (default 'default'): the fleet stays paused while any hold is.
+    --at of a hold that is active now is refused (exit 2, nothing changed) unless --reschedule:
+    then it ends now, and when it was the last active hold the fleet resumes (said so)."""
     g: Globals = ctx.obj
     reason = reason_option(reason)
     hold = hold_option(hold)
@@ -91,6 +96,8 @@ def pause(
     window = duration_option(for_, "--for")
     if auto_resume and window is None:
         raise usage("--auto-resume needs --for (the window after which the fleet resumes)")
+    if reschedule and starts_at is None:
+        raise usage("--reschedule needs --at (the later start of the hold)")
     limit = duration_option(timeout, "--timeout") or 60.0
     by_name = operator(by)
     settings = g.settings(redis_url=redis_url, fleet=multi.single(fleet, all_fleets))
@@ -104,7 +111,7 @@ def pause(
         started = now_utc()  # nothing read before a pause: a hung Redis is exit 5, not 1
         state, report = await _change_then_wait(fleet, progress, wait, lambda: fleet.pause(
             reason, by=by_name, expected_for=span, auto_resume_after=span if auto_resume else None,
-            hold=hold, starts_at=starts_at,
+            hold=hold, starts_at=starts_at, reschedule=reschedule,
         ))
         return state, report, True, await render.describe_change(
             fleet, "pause", hold, started, state)

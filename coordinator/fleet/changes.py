@@ -40,7 +40,7 @@ from replica.contract import (
     text,
     timedelta_s,
 )
-from replica.contract.holds import DEFAULT_HOLD, MAX_HOLDS, validate_hold
+from replica.contract.holds import DEFAULT_HOLD, MAX_HOLDS, ActiveHoldConflict, validate_hold
 from replica.contract.scripts import RESTORE_RAISED
 from replica.control.connect import sharded
 from replica.errors import ContractError, HoldConflict, InvalidMessage
@@ -94,6 +94,7 @@ class Changes:
         resume_stagger: timedelta | float | None,
         hold: str | None = None,
         starts_at: datetime | None = None,
+        reschedule: bool = False,
     ) -> FleetState:
         reason = check_reason(reason)
         by = check_by(by)
@@ -111,7 +112,7 @@ class Changes:
             expected_until=start + expected if expected is not None else None,
             auto_resume_at=start + auto if auto is not None else None,
             stagger=resume_stagger, hold=name,
-            starts_at=start if start > now else None,
+            starts_at=start if start > now else None, reschedule=reschedule,
         )
 
     async def resume(
@@ -142,6 +143,7 @@ class Changes:
         hold: str = "",
         all_holds: bool = False,
         starts_at: datetime | None = None,
+        reschedule: bool = False,
     ) -> FleetState:
         window = timedelta_s(stagger)
         if not 0 <= window <= MAX_STAGGER_S:
@@ -152,7 +154,7 @@ class Changes:
             action, reason, by, format_time(now), format_time(expected_until),
             format_time(auto_resume_at), f"{window:g}", self._name, str(AUDIT_MAXLEN), "0",
             str(prune_before), hold, "1" if all_holds else "0", format_time(starts_at),
-            str(MAX_HOLDS), "1" if self.sharded else "0",
+            str(MAX_HOLDS), "1" if self.sharded else "0", "1" if reschedule else "0",
         ]
         script_keys = [keys.state, keys.audit, keys.control, keys.replicas]
         what = f"{action} of fleet {self._name}"
@@ -167,6 +169,8 @@ class Changes:
             args[9] = "1"
             result = await self._set_state(script_keys, args, what, confirm)
         status = text(result[0])
+        if status == "active":
+            raise ActiveHoldConflict(self._name, tuple(text(x) for x in result[1]), hold)
         if status in ("ambiguous", "unknown", "too_many"):
             names = tuple(text(x) for x in result[1])
             raise HoldConflict(status, self._name, names, hold)

@@ -134,6 +134,7 @@ class Fleet:
         resume_stagger: timedelta | float | None = None,
         hold: str | None = None,
         starts_at: datetime | None = None,
+        reschedule: bool = False,
     ) -> FleetState:
         """Add or update the fleet hold ``hold`` (``default`` when None): the fleet is paused
         while any hold is active. Updating an active hold keeps its ``since``. ``reason`` and
@@ -143,9 +144,15 @@ class Fleet:
         running, spread over ``resume_stagger`` when the fleet resumes then. ``starts_at`` (an
         aware datetime in the future) schedules the hold: it starts then on every replica's own
         clock, and both durations count from it (a maintenance window). Durations are
-        timedeltas or seconds. Raises ``HoldConflict`` past ``MAX_HOLDS`` holds."""
+        timedeltas or seconds. Raises ``HoldConflict`` past ``MAX_HOLDS`` holds.
+
+        Scheduling a hold that is active now for later ends it now: refused
+        (``ActiveHoldConflict``, kind ``active``, nothing changed) unless ``reschedule``; then,
+        when it was the last active hold, the fleet resumes and the change is audited as the
+        ``resume`` it is."""
         return await self._changes.pause(
-            reason, by, expected_for, auto_resume_after, resume_stagger, hold, starts_at
+            reason, by, expected_for, auto_resume_after, resume_stagger, hold, starts_at,
+            reschedule,
         )
 
     async def resume(

@@ -74,7 +74,8 @@ def hold_change(
         name = hold or DEFAULT_HOLD
         new = now_holds.get(name)
         if new is not None and new.status(now) == SCHEDULED:
-            event = "hold_scheduled"
+            # moving the last active hold to a later start resumes the fleet
+            event = "resume" if was_paused and not paused_by else "hold_scheduled"
         elif not was_paused:
             event = "pause"
         elif name in was and was[name].status(now) == ACTIVE:
@@ -105,7 +106,8 @@ def _from_after(
         name = hold or DEFAULT_HOLD
         new = now_holds.get(name)
         if new is not None and name in scheduled:
-            event = "hold_scheduled"
+            # the fleet entered running by this change (not its first): a rescheduled hold
+            event = "resume" if entered and not paused_by and after.version > 1 else "hold_scheduled"
         elif entered and paused_by:
             event = "pause"
         elif new is not None and new.since == after.changed_at:
@@ -175,12 +177,14 @@ def change_line(state: FleetState, change: HoldChange) -> str:
     plural = "s" if len(change.holds) > 1 else ""
     if change.event == "noop":
         return f"fleet {state.fleet} has no hold (version {state.version}): nothing to resume"
-    if change.event == "hold_scheduled":
+    rescheduled = change.event == "resume" and bool(change.holds) and all(
+        h in change.scheduled for h in change.holds)
+    if change.event == "hold_scheduled" or rescheduled:
         hold = next((h for h in state.effective_holds() if h.name == named), None)
         start = format_time(hold.starts_at) if hold is not None and hold.starts_at else "?"
         end = (f" until {format_time(hold.auto_resume_at)}"
                if hold is not None and hold.auto_resume_at else "")
-        what = f"scheduled hold {named} for {start}{end}"
+        what = f"{'rescheduled' if rescheduled else 'scheduled'} hold {named} for {start}{end}"
     elif change.event == "hold_cancelled":
         what = f"cancelled scheduled hold{plural} {named}"
     elif change.event in ("resume", "hold_released"):
@@ -196,8 +200,9 @@ def change_line(state: FleetState, change: HoldChange) -> str:
                  f"(version {state.version})")
     else:
         fleet = f"fleet {state.fleet} still running (version {state.version})"
-    if change.scheduled and change.event != "hold_scheduled":
-        fleet += f"; scheduled: {', '.join(change.scheduled)}"
+    others = [n for n in change.scheduled if not (rescheduled and n in change.holds)]
+    if others and change.event != "hold_scheduled":
+        fleet += f"; scheduled: {', '.join(others)}"
     return f"{what}; {fleet}"
 
 

@@ -100,6 +100,9 @@ class PauseRequest(_WriteBody):
         description="The expected window; the pause is overdue after it.",
     )
     auto_resume: bool = Field(default=False, description="Resume by itself when the window ends.")
+    reschedule: bool = Field(default=False, description=(
+        "With 'at', move a hold that is active now to the later start: it ends now (the fleet "
+        "resumes if no other hold is active). Without it, that is refused (409, kind 'active')."))
     wait: bool = Field(default=False, description=(
         "Block until every live replica is quiet (with a future 'at': until each has the "
         "schedule, i.e. acknowledged the version)."))

@@ -14,8 +14,9 @@ replicas, both within the request's ``timeout``.
   ``detail`` saying so.
 * ``pause_outcome``/``resume_outcome`` make the hold change a body asks for (both route
   families call them) and add ``change``: what it did to the holds. A refused hold change
-  changes nothing: an ambiguous resume (several holds, none named) and a pause past the most
-  holds a fleet may have are 409, a hold the fleet does not have is 404, each
+  changes nothing: an ambiguous resume (several holds, none named), a pause past the most
+  holds a fleet may have and an ``at`` for a hold active now without ``reschedule`` (kind
+  ``active``) are 409, a hold the fleet does not have is 404, each
   ``{"detail", "kind", "holds"}`` naming the fleet's holds.
 """
 
@@ -137,7 +138,8 @@ async def pause_outcome(
                            lambda: fleet.pause(
                                body.reason, by=by, expected_for=window,
                                auto_resume_after=window if body.auto_resume else None,
-                               hold=body.hold, starts_at=body.starts_at))
+                               hold=body.hold, starts_at=body.starts_at,
+                               reschedule=body.reschedule))
 
 
 async def resume_outcome(
@@ -182,7 +184,8 @@ def hold_conflict(exc: HoldConflict) -> Outcome:
     409 (an ambiguous resume, too many holds). ``{"detail", "kind", "holds"}``: ``holds`` names
     the fleet's holds."""
     status = 404 if exc.kind == "unknown" else 409
-    detail = str(exc).replace("with --hold NAME", 'with "hold"').replace("with --all", 'with "all"')
+    detail = (str(exc).replace("with --hold NAME", 'with "hold"').replace("with --all", 'with "all"')
+              .replace("pass --reschedule", 'pass "reschedule": true'))
     return Outcome({"detail": detail, "kind": exc.kind, "holds": list(exc.holds)}, status)
 
 

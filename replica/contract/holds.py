@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from replica.contract.clock import format_time, parse_time
 from replica.contract.names import FLEET_NAME_RE, MAX_TEXT_LEN
-from replica.errors import ContractError, InvalidMessage
+from replica.errors import ContractError, HoldConflict, InvalidMessage
 
 DEFAULT_HOLD: Final = "default"
 """The hold a pause without a hold name adds (and a legacy pause reads as)."""
@@ -33,6 +33,24 @@ MAX_HOLDS: Final = 20
 SCHEDULED: Final = "scheduled"
 ACTIVE: Final = "active"
 ENDED: Final = "ended"
+
+
+class ActiveHoldConflict(HoldConflict):
+    """A pause with a later start (``--at``) of a hold that is active now, not asked to
+    reschedule it: it would end the hold now (and, when it is the last active one, resume the
+    fleet). Kind ``active``; nothing changed."""
+
+    def __init__(self, fleet: str, holds: tuple[str, ...], hold: str) -> None:
+        ContractError.__init__(
+            self,
+            f"hold {hold!r} of fleet {fleet} is active now: scheduling it for later would end "
+            "it now (and with it the pause, if no other hold is active): release it first, or "
+            "pass --reschedule to end it now and start it again then",
+        )
+        self.kind = "active"
+        self.fleet = fleet
+        self.holds = holds
+        self.hold = hold
 
 
 def validate_hold(name: object) -> str:
@@ -178,6 +196,7 @@ __all__ = [
     "ENDED",
     "MAX_HOLDS",
     "SCHEDULED",
+    "ActiveHoldConflict",
     "Hold",
     "Holds",
     "active_holds",

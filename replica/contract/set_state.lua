@@ -14,6 +14,8 @@
 --          ("" = the only hold there is)
 -- ARGV[13] "1": a resume releases every hold      ARGV[14] starts_at of a scheduled hold (ISO or "")
 -- ARGV[15] the most holds a fleet may have       ARGV[16] "1": publish with SPUBLISH (a cluster)
+-- ARGV[17] "1": a pause with a future starts_at may reschedule a hold that is active now (it
+--          ends now, and starts again then); else such a pause is refused ("active")
 --
 -- The fleet is paused while any hold is active: started (no starts_at, or starts_at <= now)
 -- and not ended (no auto_resume_at, or now < auto_resume_at). Ended holds are dropped. The
@@ -28,11 +30,13 @@
 -- restore from the replica records first); {"noop", {field, value, ...}, {id, score, ...}, "",
 -- {warnings}} for a resume that releases nothing (it writes nothing); {"ambiguous", {names}} for a resume without a hold name
 -- while there are several holds; {"unknown", {names}} for a resume of a hold there is not;
--- {"too_many", {names}} for a pause that would add a hold past ARGV[15]; and
+-- {"too_many", {names}} for a pause that would add a hold past ARGV[15]; {"active", {names}}
+-- for a pause that would move an active hold to a later start without ARGV[17]; and
 -- {"ok", {field, value, ...}, {id, score, ...}, audit action, {warnings}} after a change: the
 -- new state and the registered replicas with their heartbeats. A warning is
 -- "replicas_wrongtype:<type>" when KEYS[4] is not a sorted set (skipped: no replicas read). The audit action is "pause" (the fleet was
--- running) or "resume" (it runs now), else "hold_added", "hold_updated", "hold_released",
+-- running) or "resume" (it runs now: also a pause that moved the last active hold to a later
+-- start), else "hold_added", "hold_updated", "hold_released",
 -- "hold_scheduled" or "hold_cancelled".
 local cur = redis.call('HGETALL', KEYS[1])
 local h = {}
@@ -165,6 +169,10 @@ if action == 'pause' then
   if old == nil and #names >= (tonumber(ARGV[15]) or 20) then
     return {'too_many', names}
   end
+  if scheduled and old ~= nil and active(old) and ARGV[17] ~= '1' then
+    -- moving an active hold to a later start ends it now: only when asked for
+    return {'active', names}
+  end
   local since = now
   if scheduled then
     since = ARGV[14]
@@ -241,6 +249,7 @@ end
 reason = cut(reason, 1000)
 if action == 'resume' and not paused and was_paused then event = 'resume' end
 if action == 'pause' and paused and not was_paused and not scheduled then event = 'pause' end
+if action == 'pause' and scheduled and was_paused and not paused then event = 'resume' end
 
 local since = now
 if paused == was_paused and h['since'] and h['since'] ~= '' then since = h['since'] end
