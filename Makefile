@@ -44,6 +44,7 @@ test: $(TSTAMP)
 	$(VENV)/bin/ruff check replica coordinator tests bench
 	$(VENV)/bin/mypy
 	$(MAKE) chaos-ci
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(VENV)/site
 	$(PY) -m pytest
 
 bench: $(STAMP)

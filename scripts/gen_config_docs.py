@@ -1,11 +1,11 @@
-"""Generate the README's configuration section from the settings classes, so it cannot drift.
+"""Generate the configuration page (docs/configuration.md) from the settings classes, so it cannot drift.
 
     python scripts/gen_config_docs.py           # print the section
-    python scripts/gen_config_docs.py --write   # replace it in README.md
-    python scripts/gen_config_docs.py --check   # exit 1 when README.md differs
+    python scripts/gen_config_docs.py --write   # replace it in docs/configuration.md
+    python scripts/gen_config_docs.py --check   # exit 1 when docs/configuration.md differs
 
 The section is everything between ``<!-- section:config -->`` and ``<!-- /section:config -->``.
-tests/test_config_docs.py fails when the README and this generator disagree.
+tests/test_config_docs.py fails when the page and this generator disagree.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings
 from replica.service.settings import BreakerSettings, ReplicaSettings, settings_table
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "configuration.md"
 BEGIN = "<!-- section:config -->"
 END = "<!-- /section:config -->"
 
@@ -31,7 +31,7 @@ stops the process at once with one line on stderr and exit status 2.
 `fleetgate-replica --config-docs` prints the tables below."""
 
 URLS = """\
-### Redis URLs
+## Redis URLs
 
 `FLEETGATE_REDIS_URL` (and `--redis-url`) takes the same forms for the replica, the CLI,
 `fleetgate serve` and the demo, which all open Redis through one factory
@@ -52,7 +52,7 @@ Percent-encode a password's `@`, `/`, `?` and `#`. A malformed URL stops the pro
 line naming what is wrong, and every URL printed or logged shows its passwords as `***`."""
 
 REPLICA = """\
-### Replica (`fleetgate-replica`)
+## Replica (`fleetgate-replica`)
 
 The handler is `async def handle(item)`: `item` is the JSON of a work stream entry's `item`
 field. It succeeds by returning; it fails by raising (retried, then dead-lettered). A handler
@@ -60,7 +60,7 @@ that needs the replica's Redis client, fleet or id calls `replica.service.handle
 `replica.demo:sleep` is the built-in demo handler."""
 
 BREAKER = """\
-### Circuit breaker
+## Circuit breaker
 
 A handler plugs a breaker in by giving the function, or its module, an attribute `breaker`:
 anything with a `state` of closed / open / half-open (`pybreaker.CircuitBreaker` works as it
@@ -79,7 +79,7 @@ async def handle(item):
 ```"""
 
 COORDINATOR = """\
-### Coordinator (`fleetgate`)"""
+## Coordinator (`fleetgate`)"""
 
 
 def _coordinator_settings() -> type[BaseSettings] | None:
@@ -116,16 +116,16 @@ def replace(text: str, content: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="update README.md in place")
-    mode.add_argument("--check", action="store_true", help="exit 1 when README.md differs")
+    mode.add_argument("--write", action="store_true", help="update docs/configuration.md in place")
+    mode.add_argument("--check", action="store_true", help="exit 1 when docs/configuration.md differs")
     args = parser.parse_args(argv)
     content = section()
     if args.write:
-        README.write_text(replace(README.read_text(), content))
+        PAGE.write_text(replace(PAGE.read_text(encoding="utf-8"), content), encoding="utf-8")
         return 0
     if args.check:
-        if current(README.read_text()) != content:
-            print("README.md's configuration section is stale: run "
+        if current(PAGE.read_text(encoding="utf-8")) != content:
+            print("docs/configuration.md is stale: run "
                   "python scripts/gen_config_docs.py --write", file=sys.stderr)
             return 1
         return 0

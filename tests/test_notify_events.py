@@ -136,11 +136,12 @@ def test_a_receiver_is_named_by_its_host_never_by_its_secret_path() -> None:
 
 
 def test_the_readme_shows_the_receiver_check_the_tests_use() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    page = Path(__file__).resolve().parents[1] / "docs" / "notifications.md"
+    readme = page.read_text(encoding="utf-8")
     section = readme[readme.index("<!-- section:notify -->"):readme.index("<!-- /section:notify -->")]
     (snippet,) = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)
     namespace: dict[str, Any] = {}
-    exec(compile(snippet, "README.md", "exec"), namespace)
+    exec(compile(snippet, "docs/notifications.md", "exec"), namespace)
     body = encode(Event.from_entry("orders", "audit", "1-0", PAUSE), "slack")
     assert namespace["verify"](SECRET, body, sign(SECRET.encode(), body))
     assert not namespace["verify"](SECRET, body[:-1], sign(SECRET.encode(), body))

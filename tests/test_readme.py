@@ -1,10 +1,12 @@
-"""Every command the README shows is run by a test.
+"""Every command the README and the reference pages (``docs/``) show is run by a test.
 
-The walkthrough's blocks run in ``tests/test_readme_walkthrough.py``. This module runs the rest:
-the quick start (``make demo``; ``make test`` is the command running this very suite, so it is
-checked by a dry run), the deployment render, the benchmark command, and the Redis contract's
-``redis-cli`` recipes, literally, against real controllers. A new ``sh`` block anywhere else in
-the README fails ``test_every_sh_block_of_the_readme_is_run_by_a_test`` until a test runs it.
+The walkthrough's blocks (README.md) run in ``tests/test_readme_walkthrough.py``. This module
+runs the rest: the quick start (``make demo``; ``make test`` is the command running this very
+suite, so it is checked by a dry run), the deployment render (docs/deployment.md), the benchmark
+command (docs/benchmarks.md), and the Redis contract's ``redis-cli`` recipes (docs/contract.md),
+literally, against real controllers. A new ``sh`` block anywhere else in the README or in
+``docs/`` fails ``test_every_sh_block_of_the_readme_and_the_docs_is_run_by_a_test`` until a test
+runs it.
 """
 
 from __future__ import annotations
@@ -23,19 +25,28 @@ from tests.cpkit import Replicas, until
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 
 # The sections whose sh blocks this module (or the walkthrough test) runs.
 RUN_HERE = {"quickstart", "contract", "deploy", "bench"}
 RUN_ELSEWHERE = {"walkthrough"}  # tests/test_readme_walkthrough.py
 
 
+def documents() -> dict[Path, str]:
+    """The README and every page of the reference site, by path."""
+    paths = [README, *sorted(DOCS.glob("*.md"))]
+    return {path: path.read_text(encoding="utf-8") for path in paths}
+
+
 def sections() -> dict[str, str]:
-    """README text by section: the ``<!-- section:NAME -->`` blocks, and ``quickstart``."""
+    """Text by section: the ``<!-- section:NAME -->`` blocks of the README and of ``docs/``
+    (a name is used once across them), and the README's ``quickstart``."""
+    found: dict[str, str] = {}
+    for path, text in documents().items():
+        for m in re.finditer(r"<!-- section:([a-z]+) -->(.*?)<!-- /section:\1 -->", text, re.S):
+            assert m.group(1) not in found, f"section {m.group(1)} twice ({path.name})"
+            found[m.group(1)] = m.group(2)
     text = README.read_text(encoding="utf-8")
-    found = {
-        m.group(1): m.group(2)
-        for m in re.finditer(r"<!-- section:([a-z]+) -->(.*?)<!-- /section:\1 -->", text, re.S)
-    }
     start = text.index("## Quick start")
     found["quickstart"] = text[start : text.index("<!--", start)]
     return found
@@ -63,11 +74,10 @@ def commands(block: str) -> list[str]:
     return out
 
 
-def test_every_sh_block_of_the_readme_is_run_by_a_test() -> None:
-    text = README.read_text(encoding="utf-8")
-    total = len(re.findall(r"^```sh$", text, re.M))
+def test_every_sh_block_of_the_readme_and_the_docs_is_run_by_a_test() -> None:
+    total = sum(len(re.findall(r"^```sh$", text, re.M)) for text in documents().values())
     covered = sum(len(sh_blocks(name)) for name in RUN_HERE | RUN_ELSEWHERE if name in sections())
-    assert covered == total, "an sh block of the README is in a section no test runs"
+    assert covered == total, "an sh block of the README or docs/ is in a section no test runs"
     assert sh_blocks("quickstart") and sh_blocks("contract") and sh_blocks("deploy")
 
 
@@ -105,7 +115,7 @@ def test_make_test_installs_with_the_test_extra_and_runs_lint_types_and_the_suit
     )
     assert done.returncode == 0, done.stderr
     steps = done.stdout
-    for needed in ("-m venv", "'.[test]'", "ruff check", "mypy", "-m pytest"):
+    for needed in ("-m venv", "'.[test]'", "ruff check", "mypy", "mkdocs build --strict", "-m pytest"):
         assert needed in steps, needed
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
