@@ -33,13 +33,14 @@ SLOWEST: Final = 5
 """How many of the slowest acknowledgements of the current version a summary names."""
 
 WHY_STALE: Final = "stale"
+WHY_CONTROL_ERROR: Final = "control error"
 WHY_CONTROL_DOWN: Final = "control down"
 WHY_UNACKNOWLEDGED: Final = "unacknowledged"
 WHY_NOT_QUIET: Final = "not quiet"
 WHY_PAUSED_WHILE_RUNNING: Final = "paused while the fleet runs"
 WHY_SOURCE_STOPPED: Final = "source stopped"
 WHY_SLOW_ACK: Final = "slow acknowledgement"
-WHYS: Final = (WHY_STALE, WHY_CONTROL_DOWN, WHY_UNACKNOWLEDGED, WHY_NOT_QUIET,
+WHYS: Final = (WHY_STALE, WHY_CONTROL_ERROR, WHY_CONTROL_DOWN, WHY_UNACKNOWLEDGED, WHY_NOT_QUIET,
                WHY_PAUSED_WHILE_RUNNING, WHY_SOURCE_STOPPED, WHY_SLOW_ACK)
 """Why a replica needs attention, the most urgent first (the order of ``attention``)."""
 _RANK: Final = {why: i for i, why in enumerate(WHYS)}
@@ -121,12 +122,20 @@ def source_stopped(replica: ReplicaInfo) -> bool:
     return replica.extra.get("source", "").startswith("stopped")
 
 
+def control_error(replica: ReplicaInfo) -> str:
+    """What broke in the replica's controller (record field ``control_error``: a loop failing
+    on an error it did not expect, the pool held meanwhile), or empty."""
+    return replica.extra.get("control_error", "")
+
+
 def whys(replica: ReplicaInfo, state: FleetState, paused: bool) -> list[str]:
     """Why ``replica`` needs attention (empty: it does not), but for a slow acknowledgement,
     which only the whole fleet can tell; ``paused`` is whether the fleet is paused now."""
     if replica.stale:
         return [WHY_STALE]
     out = []
+    if control_error(replica):
+        out.append(WHY_CONTROL_ERROR)
     if replica.control != CONTROL_CONNECTED:
         out.append(WHY_CONTROL_DOWN)
     if replica.applied_version < state.version:
@@ -307,7 +316,8 @@ def _round(value: float | None) -> float | None:
 
 
 __all__ = [
-    "ATTENTION_CAP", "DEFAULT_MAX_PAUSE_S", "REPLICA_STATES", "SLOWEST", "WHYS", "Attention",
-    "FleetSummary", "RecordFigures", "ack_lag_s", "count", "is_overdue", "pause_age_s",
-    "replica_state", "source_stopped", "summarize", "unacknowledged", "whys",
+    "ATTENTION_CAP", "DEFAULT_MAX_PAUSE_S", "REPLICA_STATES", "SLOWEST", "WHYS",
+    "WHY_CONTROL_ERROR", "Attention", "FleetSummary", "RecordFigures", "ack_lag_s",
+    "control_error", "count", "is_overdue", "pause_age_s", "replica_state", "source_stopped",
+    "summarize", "unacknowledged", "whys",
 ]

@@ -17,8 +17,10 @@ from coordinator.fleet.models import FleetStatus, ReplicaInfo
 from coordinator.fleet.summary import (
     DEFAULT_MAX_PAUSE_S,
     REPLICA_STATES,
+    WHY_CONTROL_ERROR,
     FleetSummary,
     ack_lag_s,
+    control_error,
     is_overdue,
     pause_age_s,
     replica_state,
@@ -166,9 +168,18 @@ def replica_table(
             cell(r.host or "-"),
         ]
         if whys is not None:
-            row.append(cell(", ".join(whys.get(r.id, ())) or "-", style="yellow"))
+            row.append(cell(", ".join(_why_text(r, w) for w in whys.get(r.id, ())) or "-",
+                            style="yellow"))
         table.add_row(*row)
     return table
+
+
+def _why_text(replica: ReplicaInfo, why: str) -> str:
+    """A reason a replica needs attention, as its row says it (a control error with what
+    broke)."""
+    if why == WHY_CONTROL_ERROR:
+        return f"{why}: {control_error(replica)[:200]}"
+    return why
 
 
 def unreadable_line(unreadable: int) -> str:

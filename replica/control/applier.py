@@ -45,11 +45,11 @@ from replica.contract import (
     now_utc,
     stagger_offset,
 )
+from replica.control.faults import ControlHold
 from replica.control.fleetholds import FleetHolds, condition, hold_names, pause_end
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
 from replica.errors import InvalidMessage
-from replica.pool.holds import CONTROL_PLANE_SOURCE
 from replica.pool.pool import PausablePool
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,22 @@ def _parse_push(data: str | bytes, fleet: str) -> FleetState:
     """A control message parsed once per process, however many controllers receive it (a
     FleetState is immutable, so they can share it). Raises InvalidMessage."""
     return FleetState.from_json(data, fleet)
+
+
+def _check_utf8(raw: Mapping[Any, Any]) -> None:
+    """Raise ``InvalidMessage`` (kind ``not_utf8``) when a field or value of a state hash
+    read as bytes is not UTF-8: it is not the fleet's state (decoding it with replacement
+    characters would apply a guess)."""
+    for k, v in raw.items():
+        for part in (k, v):
+            if isinstance(part, bytes):
+                try:
+                    part.decode()
+                except UnicodeDecodeError as exc:
+                    name = k.decode(errors="replace") if isinstance(k, bytes) else str(k)
+                    raise InvalidMessage(
+                        "not_utf8", f"field {name[:40]!r} of the state hash is not UTF-8 "
+                        f"(byte {exc.start})") from None
 
 
 @functools.lru_cache(maxsize=16)
@@ -90,6 +106,8 @@ class StateApplier:
         self._replica_id = replica_id
         self.holds = FleetHolds(pool, record, pause_timeout)
         """The pool holds that stand for the fleet's active holds."""
+        self.control = ControlHold(pool)
+        """The pool's ``control-plane`` hold (syncing, control loss, a fault)."""
         self.listeners: list[StateListener] = []
         self._applying = False
 
@@ -109,6 +127,9 @@ class StateApplier:
         """A staggered resume waiting for the peer list (the sync loop reads it)."""
         self.restore_refused = False
         """The restore script was refused (the replica ACL): an older pause then applies."""
+        self.unreadable: InvalidMessage | None = None
+        """Why the last poll's state hash could not be read (None: it could): the sync loop
+        holds the pool until one can (the replica cannot tell whether its fleet is paused)."""
         self._older_pause: tuple[FleetState, int] | None = None
         self._fallback_logged = False
 
@@ -141,7 +162,10 @@ class StateApplier:
         self.consider(state, "push")
 
     def on_poll(self, raw: Mapping[Any, Any], poll_seq: int) -> None:
-        """The state hash as read by a poll sent when ``apply_seq`` was ``poll_seq``."""
+        """The state hash as read by a poll sent when ``apply_seq`` was ``poll_seq``. A hash
+        that cannot be read (bytes that are not UTF-8, a value edited by hand that means
+        nothing) is counted and left in ``unreadable``."""
+        self.unreadable = None
         if not raw:
             if self.applied is not None and self.applied.version > 0:
                 self.request_restore("the state hash is missing")
@@ -149,9 +173,11 @@ class StateApplier:
             self.consider(FleetState.initial(self._fleet), "poll", poll_seq)
             return
         try:
+            _check_utf8(raw)
             state = FleetState.from_hash(self._fleet, raw)
         except InvalidMessage as exc:
             self._count_invalid(exc)
+            self.unreadable = exc
             return
         self.consider(state, "poll", poll_seq)
 
@@ -275,7 +301,8 @@ class StateApplier:
         self._follow(state, now, now_text, applied=True)
         if self.synced is False:
             self.synced = True
-            pool.release(CONTROL_PLANE_SOURCE)
+            self.control.syncing = False
+            self.control.refresh()
         outbox = self._outbox
         outbox.acks.add(ACK_APPLIED)
         outbox.record_dirty = True

@@ -47,6 +47,7 @@ class ControlChannel:
         on_message: Callable[[Any], None],
         on_subscribed: Callable[[bool], None],
         on_lost: Callable[[BaseException], None],
+        on_fault: Callable[[BaseException], None] | None = None,
         ping_interval: float = 30.0,
         reconnect_cap: float = 5.0,
         label: str = "",
@@ -56,6 +57,8 @@ class ControlChannel:
         self._on_message = on_message
         self._on_subscribed = on_subscribed
         self._on_lost = on_lost
+        self._on_fault = on_fault
+        self._reported: BaseException | None = None
         self.ping_interval = ping_interval
         self._label = label or channel
         self._backoff = Backoff(cap=reconnect_cap)
@@ -69,6 +72,9 @@ class ControlChannel:
         self.generation = 0
         """Confirmed subscriptions so far: a change of it means messages may have been lost."""
         self.reconnects = 0
+        self.failed_generation = 0
+        """The subscription a fault ended (``generation`` then): a state read on a later one
+        is what ends the fault (the caller's poll)."""
 
     async def run(self) -> None:
         """Follow the channel until cancelled."""
@@ -94,8 +100,9 @@ class ControlChannel:
                 # a fault of ours in handling a message: never leave the replica deaf to the
                 # fleet (its poll still applies the state); resubscribe after a backoff
                 self.subscribed = False
-                log.exception("%s: failed handling the control channel: resubscribing",
-                              self._label)
+                if exc is not self._reported:
+                    self._fault(exc)
+                self._reported = None
                 self._on_lost(exc)
             finally:
                 self.subscribed = False
@@ -120,7 +127,13 @@ class ControlChannel:
             return
         kind = reply[0]
         if kind == b"message":
-            self._on_message(reply[2])
+            try:
+                self._on_message(reply[2])
+            except Exception as exc:
+                self.subscribed = False  # at once: ends the subscription (raised on)
+                self._fault(exc)
+                self._reported = exc
+                raise
         elif kind == b"subscribe":
             self._backoff.reset()
             self._refused.reset()
@@ -132,6 +145,14 @@ class ControlChannel:
                 log.info("%s: control channel resubscribed (%d reconnects): re-reading the "
                          "state", self._label, self.reconnects)
             self._on_subscribed(again)
+
+    def _fault(self, exc: BaseException) -> None:
+        self.failed_generation = self.generation
+        if self._on_fault is not None:
+            self._on_fault(exc)
+        else:
+            log.error("%s: failed handling the control channel: resubscribing", self._label,
+                      exc_info=exc)
 
     def wake(self) -> None:
         """Redis answers again: end a reconnect backoff now (not one after a refusal)."""

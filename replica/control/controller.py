@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -41,19 +41,17 @@ from replica.contract import FleetState, Keys, validate_fleet, validate_replica_
 from replica.control.applier import StateApplier, StateListener
 from replica.control.channel import ControlChannel
 from replica.control.connect import sharded
+from replica.control.faults import SYNCING_REASON, ControlFaults
 from replica.control.loss import ControlLoss
 from replica.control.options import DEFAULTS, ControllerSettings, ControlLossMode
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
-from replica.control.redisio import Link, cancel_bounded
+from replica.control.redisio import Backoff, Link, cancel_bounded
 from replica.control.sync import SyncLoop
 from replica.errors import ConfigError
-from replica.pool.holds import CONTROL_PLANE_SOURCE
 from replica.pool.pool import PausablePool
 
 log = logging.getLogger(__name__)
-
-SYNCING_REASON: Final = "syncing"
 
 STOP_CLEANUP_S: Final = 0.5
 """How long ``stop()`` tries to remove the record once the tasks have ended: a Redis that does
@@ -96,6 +94,10 @@ class ControllerStats:
     (``control_loss="hold"``)."""
     control_losses: int = 0
     """Times the pool was held for that."""
+    control_error: str | None = None
+    """What broke while a fault of a loop holds the pool (``replica.control.faults``)."""
+    control_faults: int = 0
+    """Times a loop went from working to failing on an error it did not expect."""
 
 
 class FleetController:
@@ -126,6 +128,7 @@ class FleetController:
         reconnect_cap: float = DEFAULTS.reconnect_cap,
         control_loss: ControlLossMode = DEFAULTS.control_loss,
         control_loss_after: float | None = DEFAULTS.control_loss_after,
+        fault_fatal_after: float = DEFAULTS.fault_fatal_after,
         settings: ControllerSettings | None = None,
     ) -> None:
         options = ControllerSettings(
@@ -133,6 +136,7 @@ class FleetController:
             pause_timeout=pause_timeout, io_timeout=io_timeout, start_timeout=start_timeout,
             pubsub_ping_interval=pubsub_ping_interval, reconnect_cap=reconnect_cap,
             control_loss=control_loss, control_loss_after=control_loss_after,
+            fault_fatal_after=fault_fatal_after,
         )
         if settings is not None:
             if options != DEFAULTS:
@@ -153,15 +157,20 @@ class FleetController:
         self._outbox = Outbox(self._link, self._record, self._fleet)
         self._applier = StateApplier(pool, self._record, self._outbox, self._fleet,
                                      self._replica_id, pause_timeout=s.pause_timeout)
+        self._faults = ControlFaults(self._applier.control, self._fleet, self._replica_id,
+                                     fatal_after=s.fault_fatal_after,
+                                     on_change=self._on_fault_change)
         self._channel = ControlChannel(
             redis, keys.control, on_message=self._applier.on_push,
             on_subscribed=self._on_subscribed, on_lost=self._on_channel_lost,
+            on_fault=self._on_channel_fault,
             ping_interval=s.pubsub_ping_interval, reconnect_cap=s.reconnect_cap,
             label=f"fleet {self._fleet} replica {self._replica_id}",
         )
         self._loss = ControlLoss(s, pool, self._applier, self._fleet, self._replica_id)
         self._sync = SyncLoop(s, self._link, self._channel, self._record, self._outbox,
-                              self._applier, self._loss, keys, self._replica_id, redis=redis)
+                              self._applier, self._loss, keys, self._replica_id, redis=redis,
+                              faults=self._faults)
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
         self._stopped = False
@@ -268,6 +277,21 @@ class FleetController:
         have answered the last round trip)."""
         return self._channel.subscribed
 
+    @property
+    def control_error(self) -> str | None:
+        """What broke while a fault of a loop holds the pool (``replica.control.faults``), or
+        None."""
+        return self._faults.reason
+
+    def unrecoverable(self) -> str | None:
+        """Why this controller cannot recover (liveness fails), or None: a loop has failed for
+        longer than ``fault_fatal_after``, or a loop's task ended."""
+        if self._started and not self._stopped:
+            for task in self._tasks:
+                if task.done():
+                    return f"the controller's task {task.get_name()} ended"
+        return self._faults.unrecoverable()
+
     def add_listener(self, listener: StateListener) -> None:
         """Call ``listener(state, propagation_s)`` with every state applied. It runs
         synchronously in the controller and must not block."""
@@ -302,6 +326,8 @@ class FleetController:
             propagation=applier.propagation,
             control_lost=self._loss.lost,
             control_losses=self._loss.losses,
+            control_error=self._faults.reason,
+            control_faults=self._faults.episodes,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -315,11 +341,15 @@ class FleetController:
             return self
         self._started = True
         self._outbox.open = True
-        self._pool.hold(SYNCING_REASON, CONTROL_PLANE_SOURCE)
+        control = self._applier.control
+        control.syncing = True
+        control.refresh()
         self._pool.add_listener(self._applier.on_pool_event)
         self._tasks = [
-            asyncio.create_task(self._channel.run(), name=f"fleetgate-listen-{self._replica_id}"),
-            asyncio.create_task(self._sync.run(), name=f"fleetgate-sync-{self._replica_id}"),
+            asyncio.create_task(self._supervised("channel", self._channel.run),
+                                name=f"fleetgate-listen-{self._replica_id}"),
+            asyncio.create_task(self._supervised("sync", self._sync.run),
+                                name=f"fleetgate-sync-{self._replica_id}"),
         ]
         ready = asyncio.ensure_future(self._sync.ready.wait())
         failed = asyncio.ensure_future(self._sync.failed.wait())
@@ -376,7 +406,29 @@ class FleetController:
         pending = [t for t in self._tasks if not t.done()]
         await asyncio.gather(*(cancel_bounded(t, 5.0) for t in pending))
 
+    async def _supervised(self, loop: str, run: Callable[[], Awaitable[None]]) -> None:
+        """Run a loop until cancelled: what ends it (a fault it did not catch) holds the pool,
+        and it starts again after a backoff (its own work ends the fault)."""
+        backoff = Backoff(base=0.1, cap=self._settings.reconnect_cap)
+        while True:
+            try:
+                await run()
+                raise RuntimeError(f"the {loop} loop returned")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._faults.fail(loop, exc)
+            await asyncio.sleep(backoff.next())
+
+    def _on_fault_change(self) -> None:
+        self._record.control_error = self._faults.reason or ""
+        self._outbox.record_dirty = True
+        self._outbox.wake.set()  # the record says so at once
+
     # ------------------------------------------------------------------ channel events
+
+    def _on_channel_fault(self, exc: BaseException) -> None:
+        self._faults.fail("channel", exc)
 
     def _on_subscribed(self, again: bool) -> None:
         self._sync.on_subscribed(again)

@@ -24,7 +24,6 @@ from datetime import datetime
 from replica.contract import format_time, now_utc
 from replica.control.applier import StateApplier
 from replica.control.options import ControllerSettings
-from replica.pool.holds import CONTROL_PLANE_SOURCE
 from replica.pool.pool import PausablePool
 
 log = logging.getLogger(__name__)
@@ -74,7 +73,9 @@ class ControlLoss:
             self.lost = False
             held_for = now - self._lost_mono
             pool = self._pool
-            pool.release(CONTROL_PLANE_SOURCE)
+            control = self._applier.control
+            control.lost = None
+            control.refresh()
             log.info("fleet %s replica %s: read the fleet state again: released the "
                      "control-plane hold after %.1f s at v%d (%s): %d in flight, %d queued, "
                      "%d losses", self._fleet, self._replica_id, held_for,
@@ -115,8 +116,9 @@ class ControlLoss:
         self._lost_mono = now
         self.losses += 1
         pool = self._pool
-        pool.hold(f"control plane lost since {format_time(self.last_read_at)}",
-                  CONTROL_PLANE_SOURCE)
+        control = self._applier.control
+        control.lost = f"control plane lost since {format_time(self.last_read_at)}"
+        control.refresh()
         log.info("fleet %s replica %s: the fleet state was not read for %.1f s "
                  "(control_loss=hold): holding the pool at v%d (%s): %d in flight, %d queued, "
                  "%d losses", self._fleet, self._replica_id, now - last,

@@ -49,6 +49,10 @@ class ControllerSettings:
     unanswered as long."""
     reconnect_cap: float = 5.0
     """The longest wait between two reconnection attempts."""
+    fault_fatal_after: float = 300.0
+    """A loop of the controller failing on an error it does not expect holds the pool and is
+    retried; failing for longer than this, the replica reports itself not alive
+    (``FleetController.unrecoverable()``, the service's liveness probe)."""
 
     def __post_init__(self) -> None:
         if self.poll_interval <= 0:
@@ -57,6 +61,8 @@ class ControllerSettings:
             raise ConfigError("heartbeat_interval must be positive")
         if self.control_loss not in CONTROL_LOSS_MODES:
             raise ConfigError(f"control_loss must be keep or hold, not {self.control_loss!r}")
+        if not self.fault_fatal_after > 0:
+            raise ConfigError("fault_fatal_after must be positive")
         after = self.control_loss_after
         if after is not None and not after > self.poll_interval:
             raise ConfigError(f"control_loss_after ({after} s) must be longer than "

@@ -57,6 +57,10 @@ from replica.pool.pool import PausablePool
 
 log = logging.getLogger(__name__)
 
+R_CONTROL_ERROR: Final = "control_error"
+"""The record field saying what broke while a fault holds the pool (``replica.control.faults``),
+empty otherwise; written with every record write but a change's fast path."""
+
 REGISTRY_EVERY_S: Final = 300.0
 """How often a replica notes its fleet in the registry of fleets (``FLEETS_KEY``): at its first
 heartbeat, then with a heartbeat at most this often (about 0.003 commands a second)."""
@@ -169,6 +173,8 @@ class ReplicaRecord:
         """How the acks go out: SPUBLISH on a cluster (``replica.control.connect.sharded``)."""
         self._wire_publish_head = SKIP + b"*3\r\n" + pack_arg(self.publish) + pack_arg(keys.acks)
         self._registry_next: float | None = None
+        self.control_error = ""
+        """What broke while a fault holds the pool (``R_CONTROL_ERROR``), or empty."""
 
     def set_applied(self, version: int, state_json: str, at_text: str) -> None:
         """A version was applied (its state as JSON, when, as text)."""
@@ -225,8 +231,18 @@ class ReplicaRecord:
         flat: list[str] = []
         for k, v in self.fields(full).items():
             flat += (k, v)
+        flat += (R_CONTROL_ERROR, self.control_error)
         return [
             ("HSET", self.key, *flat),
+            ("PEXPIRE", self.key, self._ttl_ms),
+            ("ZADD", self._keys.replicas, int(time.time() * 1000), self._replica_id),
+        ]
+
+    def fault_commands(self) -> list[tuple[Any, ...]]:
+        """What a heartbeat writes when ``commands()`` failed: what broke and the heartbeat,
+        so the replica stays listed and says why."""
+        return [
+            ("HSET", self.key, R_CONTROL_ERROR, self.control_error, R_HEARTBEAT_AT, clock()[1]),
             ("PEXPIRE", self.key, self._ttl_ms),
             ("ZADD", self._keys.replicas, int(time.time() * 1000), self._replica_id),
         ]
@@ -293,4 +309,4 @@ class ReplicaRecord:
         ))
 
 
-__all__ = ["CHANGE_FIELDS", "RecordSource", "ReplicaRecord"]
+__all__ = ["CHANGE_FIELDS", "R_CONTROL_ERROR", "RecordSource", "ReplicaRecord"]

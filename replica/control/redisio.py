@@ -96,7 +96,8 @@ class Link:
     ``call(commands, quiet)`` sends ``quiet`` commands with ``CLIENT REPLY SKIP`` before each
     (no reply comes back; when the server refuses CLIENT REPLY, their replies are read later
     and only errors kept) and ``commands`` normally, in one write, and returns the replies of
-    ``commands`` (an error reply as its exception). Any failure mid-way drops the connection,
+    ``commands`` (an error reply as its exception), as bytes whether the client decodes
+    responses or not. Any failure mid-way drops the connection,
     so replies can never get out of step.
     """
 
@@ -147,8 +148,10 @@ class Link:
 
     @staticmethod
     async def _read(conn: Any) -> Any:
+        # Replies as bytes, whatever the client decodes: a value that is not UTF-8 (a state
+        # hash written by hand) is the reader's to judge, never an error of the connection.
         try:
-            return await uncancelled(conn.read_response())
+            return await uncancelled(conn.read_response(disable_decoding=True))
         except ResponseError as exc:
             return exc
 

@@ -15,10 +15,11 @@ import time
 from typing import Final
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import AskError, ResponseError
 
 from replica.contract.keys import FLEETS_KEY
-from replica.control.redisio import Link, uncancelled
+from replica.control.connect import sharded
+from replica.control.redisio import NET_ERRORS, Link, uncancelled
 
 log = logging.getLogger(__name__)
 
@@ -27,24 +28,29 @@ REGISTER_TIMEOUT_S: Final = 1.0
 
 
 async def register(link: Link, redis: Redis | None, fleet: str, timeout: float) -> bool:
-    """ZADD the fleet to the registry on ``link``, within ``timeout``. A cluster node that does
-    not serve the key's slot answers MOVED: then it goes through ``redis``, which routes it.
-    False when the write was lost on the way (try again at the next heartbeat); a refusal (an
-    ACL without it) is logged and counts as done (tried again at the next period). Never
-    raises but ``CancelledError``."""
+    """ZADD the fleet to the registry, within ``timeout``: on a cluster through ``redis``,
+    which sends it to the primary of the registry's own slot (the link reaches the fleet's
+    slot, most often on another primary), else on ``link``; a ``MOVED`` or ``ASK`` answer
+    there (redis-py's ``MovedError`` and ``AskError``, whose text holds no such word) goes
+    through ``redis`` too. False when the write was lost on the way (try again at the next
+    heartbeat); a refusal (an ACL without it) is logged and counts as done (tried again at
+    the next period). Raises, besides ``CancelledError``, only what it does not expect (a
+    fault of the registration: the caller holds the pool)."""
     now_ms = int(time.time() * 1000)
     command = ("ZADD", FLEETS_KEY, now_ms, fleet)
     try:
         async with asyncio.timeout(timeout):
-            (reply,) = await uncancelled(link.call([command]))
-            if isinstance(reply, ResponseError) and redis is not None and \
-                    str(reply).startswith(("MOVED", "ASK")):
-                reply = await uncancelled(redis.zadd(FLEETS_KEY, {fleet: now_ms}))
+            if redis is not None and sharded(redis):
+                reply: object = await uncancelled(redis.zadd(FLEETS_KEY, {fleet: now_ms}))
+            else:
+                (reply,) = await uncancelled(link.call([command]))
+                if isinstance(reply, AskError) and redis is not None:  # MovedError too
+                    reply = await uncancelled(redis.zadd(FLEETS_KEY, {fleet: now_ms}))
         if isinstance(reply, BaseException):
             raise reply
     except ResponseError as exc:
         log.debug("fleet %s: registry of fleets refused: %r", fleet, exc)
-    except Exception as exc:  # bookkeeping: it never ends the loop
+    except NET_ERRORS as exc:
         log.debug("fleet %s: registry of fleets not written: %r", fleet, exc)
         return False
     return True

@@ -48,15 +48,16 @@ from replica.contract import (
 from replica.contract.scripts import RESTORE_RAISED
 from replica.control.applier import StateApplier
 from replica.control.channel import ControlChannel
+from replica.control.faults import ControlFaults
 from replica.control.loss import ControlLoss
 from replica.control.options import ControllerSettings
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
 from replica.control.redisio import NET_ERRORS, Backoff, Link, as_mapping, uncancelled
 from replica.control.registration import REGISTER_TIMEOUT_S, register
+from replica.errors import InvalidMessage
 
 log = logging.getLogger(__name__)
-
 
 
 class SyncLoop:
@@ -79,6 +80,8 @@ class SyncLoop:
         keys: Keys,
         replica_id: str,
         redis: Redis | None = None,
+        *,
+        faults: ControlFaults,
     ) -> None:
         self._poll_interval = settings.poll_interval
         self._heartbeat_interval = settings.heartbeat_interval
@@ -95,6 +98,8 @@ class SyncLoop:
         self._replica_id = replica_id
         self._redis = redis
         """The client, for the registry of fleets on a cluster (see ``_register``)."""
+        self._faults = faults
+        self._apply_failed = False
 
         self.ready = asyncio.Event()
         self.failed = asyncio.Event()
@@ -189,8 +194,7 @@ class SyncLoop:
                 except TimeoutError:
                     pass
             wake_event.clear()
-            applier.resume_due()
-            applier.check_overdue()
+            timers_ok = self._timers()
             self._channel.check()
             now = time.monotonic()
             if not self._link_ok and now < retry_at:
@@ -226,6 +230,24 @@ class SyncLoop:
                 next_poll = retry_at
                 next_heartbeat = max(next_heartbeat, retry_at)
                 continue
+            except Exception as exc:
+                # not a lost Redis: a fault (a reply that cannot be read, a bug). The pool is
+                # held until a round trip works again, tried with the same backoff.
+                if poll:
+                    self.poll_failures += 1
+                self._link_ok = False
+                self._poll_now = True
+                self.set_connected(False, quiet=True)
+                if not self.ready.is_set():
+                    self.failed.set()
+                self._faults.fail("sync", exc)
+                retry_at = time.monotonic() + backoff.next()
+                next_poll = retry_at
+                next_heartbeat = max(next_heartbeat, retry_at)
+                continue
+            self._faults.recover("sync")
+            if poll and timers_ok and not self._apply_failed:
+                self._faults.recover("applier")
             backoff.reset()
             self._channel.wake()  # Redis answers: a subscription waiting out a backoff retries
             if heartbeat:
@@ -241,6 +263,17 @@ class SyncLoop:
                 beat_phase = 1.0
                 if self._record.registry_due():
                     await self._register()
+
+    def _timers(self) -> bool:
+        """The applier's clock: holds that start or end, resumes due, overdue pauses. False
+        when it failed (a fault of the applier)."""
+        try:
+            self._applier.resume_due()
+            self._applier.check_overdue()
+        except Exception as exc:
+            self._faults.fail("applier", exc)
+            return False
+        return True
 
     async def _round_trip(self, poll: bool, heartbeat: bool, peers: bool) -> None:
         """One write to Redis: read the state hash (poll), read the peer list (stagger), write
@@ -269,11 +302,22 @@ class SyncLoop:
         if heartbeat or acks:
             outbox.record_dirty = False
             record_written = True
-            writes = self._record.commands(full=not acks)
+            try:
+                writes = self._record.commands(full=not acks)
+                if acks:
+                    writes.append((self._record.publish, keys.acks,
+                                   self._record.ack_json(acks, clock()[1])))
+            except Exception as exc:
+                # a fault of the record: hold, and still heartbeat, saying what broke
+                self._faults.fail("record", exc)
+                outbox.record_dirty = False  # written now (the fault asked for it)
+                writes = self._record.fault_commands()
+                outbox.acks |= acks  # sent once the record can be written again
+                acks = set()
+            else:
+                self._faults.recover("record")
             if acks:
                 quiet += writes
-                quiet.append((self._record.publish, keys.acks,
-                              self._record.ack_json(acks, clock()[1])))
             else:
                 commands += writes
         try:
@@ -292,19 +336,35 @@ class SyncLoop:
         if poll:
             raw = results[i]
             i += 1
-            if isinstance(raw, BaseException):
+            if isinstance(raw, ResponseError) and str(raw).startswith("WRONGTYPE"):
+                # the state key is not a hash: no state can be read from it (a fault, not a
+                # lost Redis: fail-static would keep running whatever the fleet wants)
+                self.polls += 1
+                self._state_read(InvalidMessage("bad_state", f"the state key: {raw}"))
+            elif isinstance(raw, BaseException):
                 poll_error = raw
                 self._poll_now = True
             else:
                 self.polls += 1
                 self.last_poll_at = now_utc()
-                applier.on_poll(as_mapping(raw), poll_seq)
-                self._loss.on_read()  # after the state applied: a pause read keeps its hold
+                self._apply_failed = False
+                try:
+                    applier.on_poll(as_mapping(raw), poll_seq)
+                except Exception as exc:
+                    self._apply_failed = True
+                    self._faults.fail("applier", exc)
+                else:
+                    self._state_read(applier.unreadable)
+                if self._faults.active and not self.ready.is_set():
+                    self.failed.set()  # start() has its answer: held, and why
                 if self._sub_failed and applier.synced:
                     self.failed.set()
                 if sub_gen >= 0 and channel.subscribed and sub_gen == channel.generation:
                     self.set_connected(True)
-                    self.ready.set()
+                    if sub_gen > channel.failed_generation:
+                        self._faults.recover("channel")
+                    if applier.synced and applier.unreadable is None:
+                        self.ready.set()
         if peers:
             found = results[i]
             i += 1
@@ -328,6 +388,15 @@ class SyncLoop:
         if poll_error is not None:
             raise poll_error
         self._link_ok = True
+
+    def _state_read(self, unreadable: InvalidMessage | None) -> None:
+        """A poll read the state hash: ``unreadable`` says why it could not be read (the pool
+        is held: the replica cannot tell whether its fleet is paused), None that it could."""
+        if unreadable is None:
+            self._loss.on_read()  # after the state applied: a pause read keeps its hold
+            self._faults.recover("state")
+        else:
+            self._faults.fail("state", unreadable, traceback=False)
 
     # ------------------------------------------------------------------ writes of their own
 
@@ -374,8 +443,17 @@ class SyncLoop:
                         "paused" if state.paused else "running", self.restores)
 
     async def _register(self) -> None:
-        if not await register(self._link, self._redis, self._fleet,
-                              min(self._io_timeout, REGISTER_TIMEOUT_S)):
+        try:
+            sent = await register(self._link, self._redis, self._fleet,
+                                  min(self._io_timeout, REGISTER_TIMEOUT_S))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a fault: tried again at the next heartbeat
+            self._faults.fail("registration", exc)
+            sent = False
+        else:
+            self._faults.recover("registration")
+        if not sent:
             self._record.registry_unsent()
 
     async def remove_record(self, timeout: float) -> None:

@@ -22,6 +22,9 @@ Names are the contract (alert rules and dashboards use them):
 ``fleetgate_items_total{outcome}``     done, failed, timed_out, dead_lettered, malformed (entries
                                        dead-lettered unread: not UTF-8, not JSON, no ``item``)
 ``fleetgate_control_connected``        1 while subscribed to the fleet's control channel
+``fleetgate_control_fault``            1 while a loop of the controller fails on an error it did
+                                       not expect (the pool is held by ``control-plane``; the
+                                       record's ``control_error`` and ``/readyz`` say what)
 ``fleetgate_fleet_version``            the fleet state version applied here
 ``fleetgate_propagation_seconds``      histogram: from a state's change to applied here
 ``fleetgate_source_held``              items in this replica's hands (queued, running, retrying)
@@ -138,6 +141,10 @@ class _ReplicaCollector(Collector):
             yield _gauge("fleetgate_control_connected",
                          "1 while subscribed to the fleet's control channel.",
                          1.0 if self._control.connected else 0.0)
+            yield _gauge("fleetgate_control_fault",
+                         "1 while a loop of the controller fails on an error it did not expect "
+                         "(the pool is held).",
+                         1.0 if getattr(self._control, "control_error", None) else 0.0)
             yield _gauge("fleetgate_fleet_version", "The fleet state version applied here.",
                          self._control.applied_version)
 

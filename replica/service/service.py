@@ -229,7 +229,11 @@ class ReplicaService:
                 exc = task.exception()
                 return f"the {name} stopped: {exc!r}" if exc else f"the {name} stopped"
         workers = None if self._stopped else self.pool.alive()
-        return None if workers is None else f"a pool {workers}"
+        if workers is not None:
+            return f"a pool {workers}"
+        # a fault of the controller holds the pool while it is retried; past its bound (or
+        # with a loop's task gone) only a restart can help
+        return None if self._stopped else self.controller.unrecoverable()
 
     def _fleet_state(self) -> tuple[int, bool]:
         """The handler context's ``fleet_state``: the version applied, the fleet's hold."""
