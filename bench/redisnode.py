@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -44,22 +42,9 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float) -> T:
         time.sleep(POLL_S)
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
 def cluster_port() -> int:
     """A free port at most 55535 whose cluster bus port (10000 above) is free too."""
-    for _ in range(1000):
-        port = random.randint(20000, 55535)
-        if _bindable(port) and _bindable(port + 10000):
-            return port
-    raise RuntimeError("no free port pair for a cluster node")
+    return free_port(HOST, also_free=10000)
 
 
 class Node:

@@ -21,8 +21,21 @@ import pytest
 import redis.asyncio as aioredis
 from redis import Redis as SyncRedis
 
-from coordinator.demo.localredis import LocalRedis, find_server_binary
+from coordinator.demo.localredis import LocalRedis, find_server_binary, use_ports
 from tests.procs import Processes
+
+PORTS_BASE = 10000
+PORTS_PER_WORKER = 2500
+"""Each worker of a parallel run (pytest-xdist's gwN; a plain run is worker 0) takes its ports
+from a range of its own, below the kernel's ephemeral range (32768 on): up to 4 workers use
+10000-19999, and a cluster node's bus port (10000 above its port) falls in 20000-29999."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker.removeprefix("gw") or 0) % 4
+    start = PORTS_BASE + index * PORTS_PER_WORKER
+    use_ports(start, start + PORTS_PER_WORKER)
 
 
 def _testcontainers_url() -> tuple[str, object] | None:

@@ -8,23 +8,59 @@ The server keeps nothing on disk unless asked, and is stopped (and waited for) o
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
+import random
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
 log = logging.getLogger(__name__)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+_ports: Iterator[int] | None = None
+_span = 0
+
+
+def use_ports(start: int, stop: int) -> None:
+    """Take ports from ``[start, stop)`` in turn (wrapping round, skipping busy ones) instead
+    of asking the kernel: parallel test workers each get a range of their own below the
+    ephemeral range, so no two of them, and no outgoing connection, can be handed the same
+    port between its pick and its bind (tests/conftest.py)."""
+    global _ports, _span
+    _ports, _span = itertools.cycle(range(start, stop)), stop - start
+
+
+def _bindable(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1", also_free: int = 0) -> int:
+    """A port nothing listens on; with ``also_free``, the port that far above it is free too
+    (a cluster node's bus port)."""
+    if _ports is None:
+        if not also_free:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind((host, 0))
+                return int(sock.getsockname()[1])
+        candidates: Iterator[int] = (random.randint(20000, 65535 - also_free) for _ in range(1000))
+    else:
+        candidates = itertools.islice(_ports, _span)
+    for port in candidates:
+        if _bindable(host, port) and (not also_free or _bindable(host, port + also_free)):
+            return port
+    raise RuntimeError("no free port" + (f" pair (+{also_free})" if also_free else ""))
 
 
 SERVER_ENV = "FLEETGATE_REDIS_SERVER"
