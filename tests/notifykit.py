@@ -3,18 +3,21 @@
 ``Hook`` is a small HTTP/1.1 server (asyncio streams) that records every request and answers
 with the status its ``answers`` say, in order (the last one repeats); an answer of ``None``
 holds the request open until ``release()``: a receiver that hangs. ``verify`` is the
-receiver-side check of the README, word for word. ``quick`` and ``notifier`` give a test a
+receiver-side check of the older ``X-Fleetgate-Signature``; ``verify_standard`` and
+``first_time`` are the README's receiver check of the Standard Webhooks headers, word for word. ``quick`` and ``notifier`` give a test a
 notifier with short backoffs that signs its requests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import hmac
 import json
 import ssl
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +53,44 @@ def verify(secret: str, body: bytes, header: str) -> bool:
     """The README's receiver check."""
     expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
     return hmac.compare_digest(expected, header)
+
+
+TOLERANCE_S = 300  # 5 minutes: an older (or later) request is refused, a replay with it
+
+
+def verify_standard(
+    secret: str, body: bytes, headers: dict[str, str], now: float | None = None
+) -> bool:
+    """body: the request's raw bytes; headers: its headers, names in lower case."""
+    key = secret.encode()
+    if secret.startswith("whsec_"):
+        key = base64.b64decode(secret.removeprefix("whsec_"))
+    msg_id = headers.get("webhook-id", "")
+    stamp = headers.get("webhook-timestamp", "")
+    if not msg_id or not stamp.isdigit():
+        return False
+    if abs((time.time() if now is None else now) - int(stamp)) > TOLERANCE_S:
+        return False  # stale, or from the future: a captured request replayed ends here
+    signed = f"{msg_id}.{stamp}.".encode() + body
+    expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    return any(
+        hmac.compare_digest(expected, sig.removeprefix("v1,"))
+        for sig in headers.get("webhook-signature", "").split() if sig.startswith("v1,")
+    )
+
+
+seen: dict[str, float] = {}  # webhook-id -> when it was first accepted
+
+
+def first_time(msg_id: str, keep_s: float = 3600.0) -> bool:
+    """False for an id accepted before (a retry whose answer was lost): answer it 2xx, skip it."""
+    now = time.time()
+    for old in [i for i, at in seen.items() if now - at > keep_s]:
+        del seen[old]
+    if msg_id in seen:
+        return False
+    seen[msg_id] = now
+    return True
 
 
 @dataclass

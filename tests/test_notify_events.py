@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,9 @@ from coordinator.notify.consumer import encode, stream_entries
 from coordinator.notify.events import Event
 from coordinator.notify.settings import NotifySettings, receiver_label
 from coordinator.notify.slack import slack_body
-from coordinator.notify.webhook import sign
+from coordinator.notify.webhook import Delivery, NotifyStats, Receiver, sign
 from coordinator.settings import CoordinatorSettings
-from tests.notifykit import SECRET, verify
+from tests.notifykit import SECRET, first_time, verify, verify_standard
 
 PAUSE = {"action": "pause", "reason": "orders-db failover drill", "by": "alice", "version": "3",
          "at": "2026-11-30T08:19:08.686Z"}
@@ -143,6 +144,13 @@ def test_the_readme_shows_the_receiver_check_the_tests_use() -> None:
     namespace: dict[str, Any] = {}
     exec(compile(snippet, "docs/notifications.md", "exec"), namespace)
     body = encode(Event.from_entry("orders", "audit", "1-0", PAUSE), "slack")
-    assert namespace["verify"](SECRET, body, sign(SECRET.encode(), body))
-    assert not namespace["verify"](SECRET, body[:-1], sign(SECRET.encode(), body))
-    assert inspect.getsource(verify).split('"""')[2].strip() in snippet
+    receiver = Receiver("http://127.0.0.1:9/", NotifySettings(urls=(), secret=SECRET.encode()),
+                        NotifyStats())
+    delivery = Delivery("1-0", "pause", body, time.time(), lambda: None, webhook_id="o:audit:1-0")
+    headers = receiver.headers(body, delivery)
+    assert namespace["verify"](SECRET, body, headers)
+    assert not namespace["verify"](SECRET, body[:-1], headers)
+    assert not namespace["verify"](SECRET, body, receiver.headers(body, delivery, time.time() - 600))
+    assert namespace["first_time"]("o:audit:1-0") and not namespace["first_time"]("o:audit:1-0")
+    for function in (verify_standard, first_time):
+        assert inspect.getsource(function).split('"""')[2].strip() in snippet
