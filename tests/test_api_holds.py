@@ -18,7 +18,7 @@ import pytest
 from coordinator.web.api import create_app
 from replica.contract import format_time, now_utc, parse_time
 from replica.contract.holds import MAX_HOLDS
-from tests.apikit import ADMIN, auth, client_for, make_settings, strict_json
+from tests.apikit import ADMIN, auth, client_for, json_headers, make_settings, strict_json
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ async def test_an_ambiguous_resume_is_409_naming_the_holds_and_changes_nothing(
     await post(api, "/api/fleet/pause", {"hold": "payments", "reason": "incident"})
     version = (await fleet_body(api))["state"]["version"]
 
-    response = await api.post("/api/fleet/resume", headers=auth(ADMIN))
+    response = await api.post("/api/fleet/resume", headers=json_headers(ADMIN))
     assert response.status_code == 409
     body = strict_json(response)
     assert body["kind"] == "ambiguous" and body["holds"] == ["db", "payments"]
@@ -153,7 +153,7 @@ async def test_the_named_fleet_route_takes_holds_too(
     path = f"/api/fleets/{fleet_name}"
     await post(api, f"{path}/pause", {"hold": "db", "reason": "pg"})
     await post(api, f"{path}/pause", {"hold": "ops", "reason": "ops"})
-    assert (await api.post(f"{path}/resume", headers=auth(ADMIN))).status_code == 409
+    assert (await api.post(f"{path}/resume", headers=json_headers(ADMIN))).status_code == 409
     released = await post(api, f"{path}/resume", {"hold": "ops"})
     assert released.status_code == 200 and released.json()["change"]["paused_by"] == ["db"]
 

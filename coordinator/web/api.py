@@ -13,7 +13,8 @@ Routes::
     GET  /api/fleets           view   every fleet, one row each; and /api/fleets/{name}[/...]
                                       as the four above for any fleet (coordinator.web.fleets)
     GET  /metrics              Prometheus text (public unless FLEETGATE_METRICS_AUTH)
-    GET  /docs, /openapi.json
+    GET  /openapi.json         the OpenAPI description; /docs and /redoc (Swagger UI, ReDoc:
+                               scripts from a CDN) only with FLEETGATE_API_DOCS=true
 
 ``HEAD`` of a GET route answers as its GET without the body.
 
@@ -22,8 +23,9 @@ every live replica got there or its time ran out and answers 202 when some did n
 ``timeout`` bounds the whole write (the wait in it is capped at ``FLEETGATE_MAX_WAIT``; see
 ``coordinator.web.changes``). Missing or wrong token: 401; a view token on a write, or a token
 used on a fleet it is not given: 403; a fleet never seen, or a resume of a hold the fleet does
-not have: 404; an ambiguous resume (several holds, none named) or a hold past the limit: 409
-(``{"detail", "kind", "holds"}``, nothing changed); a body
+not have: 404; a write whose Content-Type is not JSON: 415, before anything reads it (see
+``coordinator.web.middleware``); an ambiguous resume (several holds, none named) or a hold
+past the limit: 409 (``{"detail", "kind", "holds"}``, nothing changed); a body
 over ``FLEETGATE_MAX_BODY``: 413, before anything reads it; bad input: 422 with a JSON detail
 that echoes no more than a short excerpt (``coordinator.web.errors``); Redis unreachable: 503;
 a change sent with no answer (its outcome unknown): 504. The audit trail records the token's
@@ -57,7 +59,7 @@ from coordinator.web.deps import FleetCache, Runtime, fleets_of, runtime_of, sna
 from coordinator.web.fleets import install as install_fleet_routes
 from coordinator.web.fleetview import listed_fleets
 from coordinator.web.metrics import CONTENT_TYPE, render_fleets
-from coordinator.web.middleware import BodyLimit, HeadAsGet
+from coordinator.web.middleware import BodyLimit, HeadAsGet, JsonWrites
 from coordinator.web.watcher import FleetsWatcher
 from replica.control.connect import connect
 from replica.errors import ConfigError
@@ -140,18 +142,25 @@ def create_app(
             await snapshots.aclose()
             await asyncio.shield(redis.aclose())
 
+    # Swagger UI and ReDoc load their scripts from a CDN into this origin, where the dashboard
+    # keeps the token: off unless FLEETGATE_API_DOCS; /openapi.json is always served
+    docs = settings.api_docs
     app = FastAPI(
         title="fleetgate coordinator",
         version="0.1.0",
         summary="Pause and resume a fleet of asyncio workers through Redis.",
         lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
     )
     app.state.settings = settings
     app.state.runtime = runtime
 
     errors.install(app)
     app.add_middleware(HeadAsGet)
-    app.add_middleware(BodyLimit, max_body=settings.max_body)  # outermost: before anything
+    app.add_middleware(BodyLimit, max_body=settings.max_body)  # before any body is parsed
+    # outermost: no cross-origin "simple" POST changes anything, and its body is never read
+    app.add_middleware(JsonWrites)
 
     # -- pages
 

@@ -1,10 +1,17 @@
-"""ASGI middleware in front of the API: ``BodyLimit`` and ``HeadAsGet``.
+"""ASGI middleware in front of the API: ``BodyLimit``, ``JsonWrites`` and ``HeadAsGet``.
 
 ``BodyLimit`` reads a request's body before the app sees it, up to ``max_body`` bytes
 (``FLEETGATE_MAX_BODY``), and answers 413 with a JSON detail to a body larger than that: at
 once for a ``Content-Length`` over the limit (nothing is read), and as soon as a chunked or
 streamed body passes it (nothing more is read). So no token, route or parser ever handles a
 body over the limit, and a body under it costs the app at most that much parsing.
+
+``JsonWrites`` answers 415 with a JSON detail to a state change (``POST``, ``PUT``, ``PATCH``,
+``DELETE``) whose ``Content-Type`` is not JSON (``application/json`` or ``application/*+json``),
+missing included, with or without a token, before anything reads its body. A browser sends a
+``text/plain``, form or body-less ``POST`` to another origin without asking it first (no CORS
+preflight): under ``--insecure-no-auth`` such a request from any web page would pause or resume
+a fleet. A JSON ``Content-Type`` makes the browser ask first, and the API never says yes.
 
 ``HeadAsGet`` answers ``HEAD`` as the ``GET`` of the same path would, headers included
 (``Content-Length`` too), without the body: FastAPI routes declared with ``GET`` alone
@@ -19,6 +26,7 @@ from typing import Final
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _JSON: Final = (b"content-type", b"application/json")
+_STATE_CHANGES: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 async def _answer(send: Send, status: int, detail: str) -> None:
@@ -87,6 +95,32 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+def _is_json(scope: Scope) -> bool:
+    """Whether the request's Content-Type is JSON (parameters such as charset aside)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-type":
+            media = value.decode("latin-1").split(";", 1)[0].strip().lower()
+            kind, _, subtype = media.partition("/")
+            return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
+    return False
+
+
+class JsonWrites:
+    """415 for a state change whose Content-Type is not JSON, before the app is called."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in _STATE_CHANGES and not _is_json(scope):
+            await _answer(
+                send, 415,
+                "a state change takes a JSON body: send it with Content-Type: application/json",
+            )
+            return
+        await self.app(scope, receive, send)
+
+
 class HeadAsGet:
     """``HEAD`` is served as ``GET`` with the body left out."""
 
@@ -112,4 +146,4 @@ class HeadAsGet:
         await self.app({**scope, "method": "GET"}, receive, headers_only)
 
 
-__all__ = ["BodyLimit", "HeadAsGet"]
+__all__ = ["BodyLimit", "HeadAsGet", "JsonWrites"]
