@@ -99,7 +99,7 @@ def _is_json(scope: Scope) -> bool:
     """Whether the request's Content-Type is JSON (parameters such as charset aside)."""
     for name, value in scope.get("headers", ()):
         if name == b"content-type":
-            media = value.decode("latin-1").split(";", 1)[0].strip().lower()
+            media = bytes(value).decode("latin-1").split(";", 1)[0].strip().lower()
             kind, _, subtype = media.partition("/")
             return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
     return False
