@@ -15,10 +15,11 @@ from coordinator.demo.localredis import LocalRedis
 from coordinator.fleet.fleet import Fleet
 from coordinator.notify.consumer import Notifier
 from coordinator.notify.follow import Follower
+from coordinator.notify.settings import GROUP
 from replica.contract import Keys
 from replica.contract.keys import FLEETS_KEY
 from tests.fleetkit import until
-from tests.notifykit import Hook, quick, settle
+from tests.notifykit import Hook, hooks, notifier, quick, settle
 
 
 @pytest.fixture
@@ -173,3 +174,27 @@ async def test_an_error_the_follower_did_not_expect_is_logged_once_counted_and_i
     logged = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
     assert len(logged) == 1 and logged[0].exc_info is not None
     assert "an injected bug" in logged[0].getMessage()
+
+
+async def test_after_an_upgrade_each_receiver_starts_where_the_old_single_group_stood(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    keys = Keys(fleet_name)
+    # the previous release's one group: "announced" acked, "in flight" read but not acked
+    await redis.xgroup_create(keys.audit, GROUP, id="0", mkstream=True)
+    await fleet.pause("announced", by="alice")
+    await fleet.pause("in flight", by="alice")
+    ((_, entries),) = await redis.xreadgroup(GROUP, "old-server", {keys.audit: ">"})
+    await redis.xack(keys.audit, GROUP, entries[0][0])
+    await fleet.pause("unread", by="alice")
+    async with hooks([200], [200]) as (a, b), \
+            notifier(redis_url, fleet_name, quick(a.url, b.url)) as n:
+        await a.wait_for(2)
+        await b.wait_for(2)
+        await fleet.resume(by="bob")
+        await a.wait_for(3)
+        await b.wait_for(3)
+        await settle(lambda: n.held == 0, n)
+    for hook in (a, b):
+        assert [r.json()["reason"] for r in hook.requests] == ["in flight", "unread", ""]

@@ -40,6 +40,7 @@ from coordinator.notify.settings import NotifySettings
 from coordinator.notify.slack import chat_body
 from coordinator.notify.streams import Reach, autoclaim, decode_fields, read_group, stream_entries
 from coordinator.notify.webhook import Delivery, NotifyStats, Receiver
+from replica.contract import text
 from replica.control.redisio import uncancelled
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,15 @@ _Key = tuple[str, str]
 def group_for(base: str, url: str) -> str:
     """The consumer group of the receiver at ``url``: ``<base>:<12 hex digits>``."""
     return f"{base}:{hashlib.sha256(url.encode()).hexdigest()[:12]}"
+
+
+def _id(entry_id: str) -> tuple[int, int] | None:
+    """A stream entry id as (ms, seq), or None."""
+    ms, _, seq = entry_id.partition("-")
+    try:
+        return int(ms), int(seq or 0)
+    except ValueError:
+        return None
 
 
 def encode(event: Event, fmt: str) -> bytes:
@@ -99,8 +109,8 @@ class Lane:
     async def ensure_groups(self, streams: Iterable[str], mkstream: bool = True) -> None:
         """Create this receiver's group on ``streams``, starting ``max_age`` ago; a group that
         exists is left as it is."""
-        start = f"{int((time.time() - self.settings.max_age) * 1000)}-0"
         for stream in streams:
+            start = await self._start(stream)
             try:
                 await uncancelled(self.redis.xgroup_create(
                     stream, self.group, id=start, mkstream=mkstream
@@ -108,6 +118,30 @@ class Lane:
             except ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
+
+    async def _start(self, stream: str) -> str:
+        """Where a new group starts reading: ``max_age`` ago; or, on a stream that the one
+        group of the previous release (``fleetgate-notify``, every receiver together) read,
+        where that group stood (just before its oldest pending entry), if later: an upgrade
+        announces nothing twice, and what was in flight is still sent."""
+        floor = (int((time.time() - self.settings.max_age) * 1000), 0)
+        try:
+            groups = await uncancelled(self.redis.xinfo_groups(stream))
+        except ResponseError:  # no stream yet
+            groups = []
+        for group in groups:
+            if text(group.get("name")) != self.settings.group:
+                continue
+            at = _id(text(group.get("last-delivered-id")))
+            if group.get("pending"):
+                oldest = (await uncancelled(self.redis.xpending(stream, self.settings.group)))
+                first = _id(text(oldest.get("min")))
+                if first is not None and first > (0, 0):
+                    ms, seq = first
+                    at = (ms, seq - 1) if seq else (ms - 1, 2**64 - 1)
+            if at is not None and at > floor:
+                floor = at
+        return f"{floor[0]}-{floor[1]}"
 
     # ------------------------------------------------------------------ reading
 
