@@ -292,7 +292,10 @@ async def test_restore_script_keeps_an_older_pause_and_raises_it_above_a_newer_r
     assert answer == RESTORE_RAISED  # never unpauses, never goes back
     kept = FleetState.from_hash(fleet_name, await redis.hgetall(keys.state))
     assert kept.paused and kept.reason == v5.reason and kept.since == v5.since
-    assert (kept.version, kept.changed_at) == (8, later)
+    # only the version moves; changed_at stays as written, so holds stay trusted (issue 19,
+    # C.8): the restore is stamped in restored_at
+    assert (kept.version, kept.changed_at) == (8, v5.changed_at)
+    assert (await redis.hget(keys.state, "restored_at")) == format_time(later)
     (_, entry), = await redis.xrange(keys.audit)
     assert (entry["action"], entry["version"], entry["by"]) == ("restore", "8", "pod-2")
     assert "kept" in entry["reason"] and "above v7" in entry["reason"]

@@ -127,3 +127,17 @@ async def test_the_api_pauses_with_two_long_cjk_holds_and_every_view_answers(
         assert answer.status_code == 200, (path, answer.text)
     resumed = await api.post("/api/fleet/resume", json={"all": True}, headers=auth(ADMIN))
     assert resumed.status_code == 200, resumed.text
+
+
+async def test_a_state_of_twenty_holds_with_long_non_ascii_reasons_fits_a_control_message(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    state: FleetState | None = None
+    for i in range(20):
+        state = await fleet.pause("😀" * 500, by="数" * 100, hold=f"h{i}")
+    assert state is not None and state.holds is not None and len(state.holds) == 20
+    # what a replica records as applied and a restore publishes: within MAX_MESSAGE_BYTES
+    message = state.to_json()
+    assert FleetState.from_json(message, fleet_name) == state
+    assert FleetState.from_json(message.encode("utf-8"), fleet_name) == state

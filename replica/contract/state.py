@@ -169,8 +169,17 @@ class FleetState:
         }
 
     def to_json(self) -> str:
-        """The control message for this state."""
-        return json.dumps(self.to_dict(), separators=(",", ":"))
+        """The control message for this state: UTF-8 text as it is (as the set-state script
+        publishes it), so a state of long non-ASCII reasons stays within ``MAX_MESSAGE_BYTES``
+        (escaped, a character takes up to 12 bytes); escaped only when the text holds a lone
+        surrogate, which UTF-8 cannot carry."""
+        data = self.to_dict()
+        out = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+        try:
+            out.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(data, separators=(",", ":"))
+        return out
 
     def to_hash(self) -> dict[str, str]:
         """The fields of the state hash."""
