@@ -174,6 +174,8 @@ async def test_the_metrics_route_shows_the_notifier_counters_when_it_runs(
             await settle(lambda: runtime.notifier.stats.delivered >= 1, runtime.notifier)
             text = (await client.get("/metrics")).text
         assert f'fleetgate_webhook_deliveries_total{{fleet="{fleet_name}"}} 1.0' in text
+        for name in ("garbage", "errors", "unstated"):  # what it skipped is counted, 0 here
+            assert f'fleetgate_webhook_{name}_total{{fleet="{fleet_name}"}} 0.0' in text
     app = create_app(make_settings(redis_url, fleet_name))
     async with client_for(app) as client:
         assert "fleetgate_webhook" not in (await client.get("/metrics")).text

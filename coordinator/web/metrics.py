@@ -30,6 +30,9 @@ Metrics (every fleet of the registry ``fleetgate:fleets`` and the default one, a
     fleetgate_webhook_failures_total{fleet}     failed attempts to deliver one (each retry counts)
     fleetgate_webhook_given_up_total{fleet}     notifications given up after FLEETGATE_WEBHOOK_MAX_AGE
     fleetgate_webhook_skipped_total{fleet}      events already too old when read, not sent
+    fleetgate_webhook_garbage_total{fleet}      stream entries that could not be read: skipped
+    fleetgate_webhook_errors_total{fleet}       errors the notifier did not expect (it went on)
+    fleetgate_webhook_unstated_total{fleet}     registry names passed over: no state, no stream
     fleetgate_webhook_pending{fleet}            events in hand: being delivered or retried
 
 ``render_fleets`` reads each fleet through the coordinator's snapshot cache
@@ -203,6 +206,9 @@ class _NotifierCollector:
             ("failures", st.failed, "Failed attempts to deliver a notification (each retry counts)"),
             ("given_up", st.given_up, "Notifications given up after FLEETGATE_WEBHOOK_MAX_AGE"),
             ("skipped", st.skipped, "Events older than FLEETGATE_WEBHOOK_MAX_AGE when read, not sent"),
+            ("garbage", st.garbage, "Stream entries that could not be read (not UTF-8): skipped"),
+            ("errors", st.errors, "Errors the notifier did not expect: logged, counted, gone on"),
+            ("unstated", st.unstated, "Registry names passed over for having no state"),
         ):
             family = CounterMetricFamily(f"fleetgate_webhook_{metric}", doc, labels=["fleet"])
             family.add_metric([self.fleet], value)
