@@ -10,7 +10,9 @@ import pytest
 import redis as syncredis
 
 from coordinator.cli.exits import EXIT_UNKNOWN_FLEET
+from coordinator.web.api import create_app
 from replica.contract.keys import FLEETS_KEY
+from tests.apikit import ADMIN, auth, client_for, make_settings
 from tests.clikit import one_line, run
 
 
@@ -74,3 +76,16 @@ def test_a_fleet_once_paused_or_only_registered_reads_as_known(
         assert "RUNNING" in out
     finally:
         sync_redis.zrem(FLEETS_KEY, other)
+
+
+async def test_the_api_answers_404_for_a_mistyped_fleet_before_and_after_a_resume_of_it(
+    redis_url: str, fleet_name: str
+) -> None:
+    app = create_app(make_settings(redis_url, fleet_name), run_watcher=False)
+    typo = f"{fleet_name}-odrers"
+    async with client_for(app) as api:
+        resumed = await api.post(f"/api/fleets/{typo}/resume", json={}, headers=auth(ADMIN))
+        assert resumed.status_code == 404, resumed.text  # as the CLI's status: exit 6
+        for path in (f"/api/fleets/{typo}", f"/api/fleets/{typo}/history"):
+            answer = await api.get(path, headers=auth(ADMIN))
+            assert answer.status_code == 404, (path, answer.text)
