@@ -148,3 +148,15 @@ async def test_fleetgate_api_docs_turns_the_interactive_docs_on(
     async with client_for(app) as api:
         assert (await api.get("/docs")).status_code == 200
         assert (await api.get("/redoc")).status_code == 200
+
+
+async def test_the_openapi_description_lists_the_415_of_every_state_change(
+    redis_url: str, fleet_name: str
+) -> None:
+    app = create_app(make_settings(redis_url, fleet_name), run_watcher=False)
+    async with client_for(app) as api:
+        paths = (await api.get("/openapi.json")).json()["paths"]
+    writes = [op for item in paths.values() for method, op in item.items() if method == "post"]
+    assert len(writes) >= 4 and all("415" in op["responses"] for op in writes)
+    reads = [op for item in paths.values() for method, op in item.items() if method == "get"]
+    assert reads and not any("415" in op["responses"] for op in reads)

@@ -59,7 +59,13 @@ from coordinator.web.deps import FleetCache, Runtime, fleets_of, runtime_of, sna
 from coordinator.web.fleets import install as install_fleet_routes
 from coordinator.web.fleetview import listed_fleets
 from coordinator.web.metrics import CONTENT_TYPE, render_fleets
-from coordinator.web.middleware import BodyLimit, HeadAsGet, JsonWrites
+from coordinator.web.middleware import (
+    NOT_JSON_DETAIL,
+    STATE_CHANGES,
+    BodyLimit,
+    HeadAsGet,
+    JsonWrites,
+)
 from coordinator.web.watcher import FleetsWatcher
 from replica.control.connect import connect
 from replica.errors import ConfigError
@@ -180,6 +186,7 @@ def create_app(
         return {"ok": True, "fleet": fleet.name, "redis": "up" if up else "down"}
 
     install_fleet_routes(app, settings)  # /api/fleet... and /api/fleets...
+    _document_json_writes(app)
 
     # -- metrics
 
@@ -207,6 +214,24 @@ def create_app(
         )
 
     return app
+
+
+def _document_json_writes(app: FastAPI) -> None:
+    """Every state change's OpenAPI operation lists the 415 ``JsonWrites`` answers."""
+    make_schema = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = make_schema()  # cached by FastAPI in app.openapi_schema
+            for item in schema.get("paths", {}).values():
+                for method, operation in item.items():
+                    if method.upper() in STATE_CHANGES:
+                        operation.setdefault("responses", {})["415"] = {
+                            "description": NOT_JSON_DETAIL,
+                        }
+        return app.openapi_schema or make_schema()
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 async def _redis_up(redis: Redis | None) -> bool:

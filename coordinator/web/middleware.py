@@ -26,7 +26,11 @@ from typing import Final
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _JSON: Final = (b"content-type", b"application/json")
-_STATE_CHANGES: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+STATE_CHANGES: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+"""The methods ``JsonWrites`` checks."""
+NOT_JSON_DETAIL: Final = (
+    "a state change takes a JSON body: send it with Content-Type: application/json"
+)
 
 
 async def _answer(send: Send, status: int, detail: str) -> None:
@@ -112,11 +116,8 @@ class JsonWrites:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] in _STATE_CHANGES and not _is_json(scope):
-            await _answer(
-                send, 415,
-                "a state change takes a JSON body: send it with Content-Type: application/json",
-            )
+        if scope["type"] == "http" and scope["method"] in STATE_CHANGES and not _is_json(scope):
+            await _answer(send, 415, NOT_JSON_DETAIL)
             return
         await self.app(scope, receive, send)
 
@@ -146,4 +147,4 @@ class HeadAsGet:
         await self.app({**scope, "method": "GET"}, receive, headers_only)
 
 
-__all__ = ["BodyLimit", "HeadAsGet", "JsonWrites"]
+__all__ = ["NOT_JSON_DETAIL", "STATE_CHANGES", "BodyLimit", "HeadAsGet", "JsonWrites"]
