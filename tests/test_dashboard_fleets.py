@@ -166,6 +166,37 @@ def test_the_overview_lists_twenty_fleets_paused_first_with_one_request_a_poll_a
         expect(rows).to_have_count(20)
 
 
+def test_a_fleet_the_server_cannot_read_is_shown_as_unreadable_with_why_and_the_others_as_usual(
+    private_redis: LocalRedis,
+) -> None:
+    executable = chromium_or_skip()
+    from playwright.sync_api import expect
+
+    async def make(client: aioredis.Redis) -> None:
+        for name in ("broken", "calm", "held"):
+            await Fleet(client, name).pause("drill", by="ops")
+        await Fleet(client, "calm").resume(by="ops")
+        await Fleet(client, "broken").resume(by="ops")
+        replicas = Keys("broken").replicas  # retyped by hand: every read of it fails
+        await client.delete(replicas)
+        await client.set(replicas, "garbage")
+
+    run_async(make, private_redis.url)
+    with Server(settings(private_redis.url, "calm")) as server, \
+            dashboard_page(executable, height=600) as page:
+        page.goto(server.url)
+        page.fill("#token", ADMIN)
+        rows = page.locator("#fleets tbody tr")
+        expect(rows).to_have_count(3)
+        order = rows.evaluate_all("rows => rows.map(r => [r.dataset.fleet, r.dataset.state])")
+        assert order == [["broken", "unreadable"], ["held", "paused"], ["calm", "running"]]
+        broken = page.locator('#fleets tbody tr[data-fleet="broken"]')
+        expect(broken.locator("td.fleet-state")).to_have_text("UNREADABLE")
+        expect(broken.locator("td.reason")).to_contain_text("WRONGTYPE")
+        expect(page.locator("#fleets-summary")).to_have_text(
+            "3 fleets: 1 paused, 1 running, 1 cannot be read")
+
+
 def test_a_fleet_never_seen_can_be_paused_from_its_page_and_a_bad_name_asks_nothing(
     redis_url: str, fleet_name: str, sync_redis: syncredis.Redis
 ) -> None:

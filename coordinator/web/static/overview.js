@@ -7,10 +7,28 @@ window.FG.overview = (function () {
   const FG = window.FG;
   const { $, cell, formatAge, fresh, stale, setConnection } = FG;
 
-  // Paused first (overdue before), then by name: the API's order, kept if it ever is not.
+  // Unreadable first, then paused (overdue before), then by name: the API's order, kept if it
+  // ever is not.
   function order(rows) {
     return rows.slice().sort((a, b) =>
-      (b.paused - a.paused) || (b.overdue - a.overdue) || (a.fleet < b.fleet ? -1 : a.fleet > b.fleet ? 1 : 0));
+      (!!b.error - !!a.error) || (!!b.paused - !!a.paused) || (!!b.overdue - !!a.overdue) ||
+      (a.fleet < b.fleet ? -1 : a.fleet > b.fleet ? 1 : 0));
+  }
+
+  // A fleet the server could not read: its row says so and why, never "running".
+  function unreadableRow(f) {
+    const tr = document.createElement("tr");
+    tr.dataset.fleet = f.fleet;
+    tr.dataset.state = "unreadable";
+    tr.className = "fleet-row state-unreadable";
+    const name = document.createElement("td");
+    name.className = "id";
+    name.appendChild(fleetLink(f.fleet));
+    tr.appendChild(name);
+    cell(tr, "UNREADABLE", "fleet-state warn").dataset.state = "unreadable";
+    const why = cell(tr, f.error, "reason warn");
+    why.colSpan = 8;
+    return tr;
   }
 
   function fleetLink(name) {
@@ -25,6 +43,7 @@ window.FG.overview = (function () {
   function render(body) {
     const rows = order(Array.isArray(body.fleets) ? body.fleets : []);
     const trs = rows.map((f) => {
+      if (f.error) return unreadableRow(f);
       const tr = document.createElement("tr");
       const state = f.paused ? (f.overdue ? "overdue" : "paused") : "running";
       tr.dataset.fleet = f.fleet;
@@ -56,10 +75,13 @@ window.FG.overview = (function () {
     });
     document.querySelector("#fleets tbody").replaceChildren(...trs);
     $("no-fleets").hidden = trs.length > 0;
-    const paused = rows.filter((f) => f.paused).length;
-    const overdue = rows.filter((f) => f.overdue).length;
+    const paused = rows.filter((f) => !f.error && f.paused).length;
+    const overdue = rows.filter((f) => !f.error && f.overdue).length;
+    const unreadable = rows.filter((f) => f.error).length;
     $("fleets-summary").textContent = rows.length + (rows.length === 1 ? " fleet: " : " fleets: ") +
-      paused + " paused" + (overdue ? " (" + overdue + " overdue)" : "") + ", " + (rows.length - paused) + " running";
+      paused + " paused" + (overdue ? " (" + overdue + " overdue)" : "") + ", " +
+      (rows.length - paused - unreadable) + " running" +
+      (unreadable ? ", " + unreadable + " cannot be read" : "");
     const truncated = $("fleets-truncated");
     truncated.hidden = !body.truncated;
     truncated.textContent = body.truncated ? "Only the fleets with the latest activity are listed." : "";
