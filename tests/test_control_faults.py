@@ -9,6 +9,7 @@ with bytes that are not UTF-8 is held, counted and reported, never a crash.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -20,6 +21,7 @@ from replica.contract import Keys
 from replica.contract.keys import FLEETS_KEY
 from replica.control import sync as sync_module
 from replica.pool.holds import CONTROL_PLANE_SOURCE
+from tests.hakit import cli
 
 FAULTS_LOGGER = "replica.control.faults"
 
@@ -332,5 +334,31 @@ async def test_a_loop_that_raises_out_of_itself_is_restarted_and_its_fault_holds
         assert replica.controller.unrecoverable() is None
         await publish_state(redis, state_at(fleet_name, 2, True))
         await until(lambda: replica.controller.fleet_held, what="still following")
+    finally:
+        await replica.stop()
+
+
+async def test_fleetgate_status_shows_a_replica_whose_loop_fails_as_needing_attention_with_what_broke(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    await publish_state(redis, state_at(fleet_name, 1, False))
+    replica = await started(redis_url, fleet_name, "pod-status")
+    try:
+        applier = replica.controller._applier
+
+        def broken(raw: Any, poll_seq: int) -> None:
+            raise TypeError("injected for the status")
+
+        applier.on_poll = broken  # type: ignore[method-assign]
+        await until(lambda: record_has(redis, fleet_name, "pod-status", "injected for the status"),
+                    what="the record to say what broke")
+        done = await cli("status", url=redis_url, fleet=fleet_name)
+        assert done.returncode == 0, done.stderr
+        text = " ".join(done.stdout.split())  # the table may wrap the reason
+        assert "control error: control loop applier failed: TypeError: injected" in text, \
+            done.stdout
+        done = await cli("status", "--json", url=redis_url, fleet=fleet_name)
+        attention = json.loads(done.stdout)["attention"]
+        assert [(a["id"], a["why"][0]) for a in attention] == [("pod-status", "control error")]
     finally:
         await replica.stop()
