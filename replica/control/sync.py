@@ -13,12 +13,15 @@ Losing Redis is fail-static: the applied state stays, ``connected`` turns false 
 half a poll interval apart (so a new primary is followed within one poll interval); with
 ``control_loss="hold"`` the ``ControlLoss`` part (``replica.control.loss``) holds the pool
 once the state has not been read for ``control_loss_after``, and each read here releases it.
-When the
-state applier asks for it (the hash went missing or back in time), the loop restores the state
-hash from the applied state (create-if-absent, the newest version winning; an older pause kept
-with its version raised, then read at once); without permission to write (the replica ACL), the
-failure is logged once and counted, and the replica stays as it is, but for an older pause,
-which it then applies.
+When the state applier asks for it (the hash went missing or back in time), the loop has the
+``Restorer`` (``replica.control.restorer``) put the state hash back from the applied state.
+
+An error the loop does not expect (a reply that cannot be read, a bug in the applier, the
+record or the registration) is a fault (``replica.control.faults``): the pool is held by
+``control-plane`` with what broke, the loop retries with the same backoff as for a lost Redis,
+and the hold goes once the failing step works again. A state hash that cannot be read (bytes
+that are not UTF-8, a value edited by hand, a key of another type) holds the pool the same way
+until a readable one is read: the replica cannot tell whether its fleet is paused.
 
 Every Redis await goes through ``uncancelled`` (``replica.control.redisio``), so a
 cancellation is never lost inside a call and ``stop()`` ends promptly.
@@ -37,15 +40,12 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from replica.contract import (
-    RESTORE_STATE_LUA,
     STALE_HEARTBEATS,
     Keys,
     clock,
     now_utc,
-    restore_args,
     text,
 )
-from replica.contract.scripts import RESTORE_RAISED
 from replica.control.applier import StateApplier
 from replica.control.channel import ControlChannel
 from replica.control.faults import ControlFaults
@@ -55,6 +55,7 @@ from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
 from replica.control.redisio import NET_ERRORS, Backoff, Link, as_mapping, uncancelled
 from replica.control.registration import REGISTER_TIMEOUT_S, register
+from replica.control.restorer import Restorer
 from replica.errors import InvalidMessage
 
 log = logging.getLogger(__name__)
@@ -113,11 +114,19 @@ class SyncLoop:
         self.polls = 0
         self.poll_failures = 0
         self.last_poll_at: datetime | None = None
-        self.restores = 0
-        self.restore_failures = 0
-        self._restore_logged = False
+        self._restorer = Restorer(link, outbox, applier, record, keys, replica_id,
+                                  io_timeout=self._io_timeout)
         self.write_failures = 0
         self._write_logged = False
+
+    @property
+    def restores(self) -> int:
+        """State hashes this replica put back after Redis forgot them."""
+        return self._restorer.restores
+
+    @property
+    def restore_failures(self) -> int:
+        return self._restorer.restore_failures
 
     # ------------------------------------------------------------------ connection state
 
@@ -214,7 +223,8 @@ class SyncLoop:
             try:
                 await self._round_trip(poll, heartbeat, peers)
                 if restore and outbox.restore_due:
-                    await self._restore()
+                    if await self._restorer.run():
+                        self._poll_now = True  # read the raised pause now
             except asyncio.CancelledError:
                 raise
             except NET_ERRORS as exc:
@@ -399,48 +409,6 @@ class SyncLoop:
             self._faults.fail("state", unreadable, traceback=False)
 
     # ------------------------------------------------------------------ writes of their own
-
-    async def _restore(self) -> None:
-        """Put the state hash back from the applied state (the Lua script: create-if-absent,
-        the newest version winning)."""
-        outbox = self._outbox
-        state = self._applier.applied
-        if state is None or state.version == 0:
-            outbox.restore_due = False
-            return
-        keys = self._keys
-        try:
-            async with asyncio.timeout(self._io_timeout):
-                written = await uncancelled(self._link.evalsha(
-                    RESTORE_STATE_LUA,
-                    keys=[keys.state, keys.audit, keys.control],
-                    args=restore_args(state, self._replica_id,
-                                      sharded=self._record.publish == "SPUBLISH"),
-                ))
-        except ResponseError as exc:
-            # NOPERM under the replica ACL: the coordinator restores (Fleet.restore_if_missing)
-            self.restore_failures += 1
-            if not self._restore_logged:
-                self._restore_logged = True
-                log.warning("fleet %s replica %s: cannot restore the state hash (%s): staying "
-                            "at v%d; the coordinator restores it", self._fleet,
-                            self._replica_id, str(exc)[:120], state.version)
-            outbox.restore_due = False
-            self._applier.on_restore_refused()
-            return
-        outbox.restore_due = False
-        if int(written) == RESTORE_RAISED:
-            self.restores += 1
-            self._poll_now = True  # read the raised pause now, not a poll_interval later
-            outbox.wake.set()
-            log.warning("fleet %s replica %s: the state hash held an older pause: kept, its "
-                        "version raised above v%d (%d restores)", self._fleet,
-                        self._replica_id, state.version, self.restores)
-        elif int(written):
-            self.restores += 1
-            log.warning("fleet %s replica %s: restored the state hash at v%d (%s) "
-                        "(%d restores)", self._fleet, self._replica_id, state.version,
-                        "paused" if state.paused else "running", self.restores)
 
     async def _register(self) -> None:
         try:
