@@ -14,8 +14,10 @@ The hierarchy::
     ├── BreakerOpen                a call refused by an open AsyncCircuitBreaker (the dependency
     │                              is considered down; the source retries it after the outage)
     ├── ConfigError                a setting or handler reference that cannot work (exit status 2)
-    │   └── InvalidDuration        a duration ("30m", "90s") that cannot be read or is out of bounds
-    │                              (also a builtin ValueError)
+    │   ├── InvalidDuration        a duration ("30m", "90s") that cannot be read or is out of bounds
+    │   │                          (also a builtin ValueError)
+    │   └── RedisMisconfigured     Redis answered, and the answer says it cannot work as configured
+    │                              (no Lua scripting, a password it requires...)
     ├── ContractError              a value that breaks the Redis contract (bad fleet name, bad state)
     │   ├── InvalidMessage         a control-channel message that is not a valid state (ignored, counted)
     │   └── HoldConflict           a resume that names no hold while there are several, or a hold
@@ -71,6 +73,11 @@ class ConfigError(FleetgateError):
 
 class InvalidDuration(ConfigError, ValueError):
     """A duration ("30m", "90s", "2h") that cannot be read or is outside its bounds."""
+
+
+class RedisMisconfigured(ConfigError):
+    """Redis answered, and its answer says that the URL or the server cannot work as they are
+    (a server without Lua scripting, a password it requires): retrying will not help."""
 
 
 class ContractError(FleetgateError, ValueError):

@@ -5,7 +5,12 @@ deadline bounds the whole action, whatever Redis does (a hung server included): 
 action is cancelled and ``DeadlineExceeded`` is raised, for the command to say what is known
 (a change command knows whether its change was sent, see ``Progress``). Failures become
 ``CliError``s: Redis unreachable (1), a value the contract refuses (2), a change whose outcome
-is unknown (5, ``replica.errors.OutcomeUnknown``).
+is unknown (5, ``replica.errors.OutcomeUnknown``). Before the action the server is asked
+whether it runs Lua scripts (``replica.control.diagnose.require_scripting``: exit 2 when it
+cannot); a failure to reach it is read by ``replica.control.diagnose.diagnose``: what can
+never work as it is (a password Redis requires, a TLS port reached without TLS, a Sentinel
+given as a Redis server...) is one line saying what to fix and exit 2, a likely cause is added
+to the unreachable line (exit 1).
 """
 
 from __future__ import annotations
@@ -25,10 +30,11 @@ from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from coordinator.settings import CoordinatorSettings
 from replica.contract import FleetState
-from replica.contract.urls import redact_url
+from replica.contract.urls import RedisTarget, parse_redis_url, redact_url
 from replica.control.connect import connect
+from replica.control.diagnose import diagnose, require_scripting
 from replica.control.redisio import bounded, cancel_bounded
-from replica.errors import ContractError, OutcomeUnknown
+from replica.errors import ContractError, OutcomeUnknown, RedisMisconfigured
 from replica.service.shutdown import Shutdown, conventional_status
 
 T = TypeVar("T")
@@ -103,8 +109,9 @@ def run_with_fleet(
 
     async def go() -> T:
         try:
+            target = parse_redis_url(settings.redis_url)
             redis = connect(
-                settings.redis_url,
+                target,
                 decode_responses=True,
                 socket_connect_timeout=CONNECT_TIMEOUT_S,
                 socket_timeout=SOCKET_TIMEOUT_S,
@@ -114,14 +121,20 @@ def run_with_fleet(
         try:
             fleet = Fleet(redis, settings.fleet, min_replicas_ack=settings.min_replicas_ack,
                           min_replicas_timeout=settings.min_replicas_timeout)
-            if deadline is None:
-                return await action(fleet)
-            return await _until(action(fleet), deadline)
+
+            try:
+                if deadline is None:
+                    return await action(fleet)
+                return await _until(action(fleet), deadline)
+            except (RedisError, OSError, TimeoutError) as exc:
+                raise await _explained(settings, target, exc) from None
         finally:
             await asyncio.shield(bounded(redis.aclose(), CLOSE_TIMEOUT_S))
 
     try:
         return Shutdown(interrupted).run(go())
+    except RedisMisconfigured as exc:  # the server answered: it cannot work as it is
+        raise usage(f"cannot use Redis at {redact_url(settings.redis_url)}: {plain(str(exc))}") from None
     except OutcomeUnknown as exc:  # Fleet's: the change script was sent, no answer came
         cause = exc.__cause__
         why = (plain(str(cause)) or type(cause).__name__) if cause is not None else "no answer came"
@@ -130,6 +143,52 @@ def run_with_fleet(
         raise unreachable(settings, plain(str(exc)) or type(exc).__name__) from None
     except ContractError as exc:
         raise usage(str(exc)) from None
+
+
+PREFLIGHT_TIMEOUT_S: Final = 15.0
+"""The most ``preflight`` may take (its diagnosis included) before the command goes on."""
+
+
+def preflight(settings: CoordinatorSettings) -> None:
+    """Before a command that runs until stopped (``serve``): ask Redis once whether it can work
+    (``require_scripting``, and the diagnosis of a failure). What can never work as it is raises
+    ``CliError`` (exit 2, one line); an unreachable Redis does not: the command starts and
+    retries, as it does when Redis goes away later."""
+
+    async def go() -> None:
+        target = parse_redis_url(settings.redis_url)
+        redis = connect(target, decode_responses=True, socket_connect_timeout=CONNECT_TIMEOUT_S,
+                        socket_timeout=CONNECT_TIMEOUT_S)
+        try:
+            async with asyncio.timeout(PREFLIGHT_TIMEOUT_S):
+                try:
+                    await require_scripting(redis)
+                except (RedisError, OSError, TimeoutError) as exc:
+                    found = await diagnose(target, exc)
+                    if isinstance(exc, RedisMisconfigured) or (found is not None and found.certain):
+                        raise RedisMisconfigured(found.message if found else str(exc)) from None
+        except TimeoutError:
+            pass  # a Redis that hangs: the command starts all the same
+        finally:
+            await asyncio.shield(bounded(redis.aclose(), CLOSE_TIMEOUT_S))
+
+    try:
+        asyncio.run(go())
+    except RedisMisconfigured as exc:
+        raise usage(f"cannot use Redis at {redact_url(settings.redis_url)}: {plain(str(exc))}") from None
+    except ContractError as exc:
+        raise usage(f"invalid --redis-url: {plain(str(exc))}") from None
+
+
+async def _explained(settings: CoordinatorSettings, target: RedisTarget, exc: Exception) -> Exception:
+    """``exc`` as the diagnosis reads it: a ``RedisMisconfigured`` when it can never work, the
+    unreachable line with its likely cause, or ``exc`` itself."""
+    found = await diagnose(target, exc)
+    if found is None:
+        return exc
+    if found.certain:
+        return RedisMisconfigured(found.message)
+    return unreachable(settings, plain(found.message))
 
 
 async def _until(aw: Awaitable[T], deadline: Callable[[], float]) -> T:
@@ -155,6 +214,7 @@ __all__ = [
     "DeadlineExceeded",
     "Progress",
     "outcome_unknown",
+    "preflight",
     "run_with_fleet",
     "unreachable",
 ]

@@ -12,6 +12,7 @@ import typer
 from coordinator.cli.exits import EXIT_UNREACHABLE, CliError, usage
 from coordinator.cli.options import FleetOption, Globals, JsonOption, UrlOption
 from coordinator.cli.output import emit_json
+from coordinator.cli.runner import preflight
 from replica.errors import ConfigError
 
 
@@ -31,6 +32,7 @@ def serve(
     """Serve the HTTP API, the dashboard and /metrics, and watch for forgotten pauses."""
     g: Globals = ctx.obj
     settings = g.settings(redis_url=redis_url, fleet=fleet, host=host, port=port)
+    preflight(settings)  # a Redis that can never work (no Lua, a password it requires): exit 2
     from coordinator.web.server import serve_forever
 
     try:

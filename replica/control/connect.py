@@ -40,36 +40,67 @@ from redis.asyncio.sentinel import (
 )
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError
+from redis.exceptions import ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from replica.contract.urls import RedisTarget, Topology, parse_redis_url
+from replica.control.diagnose import short
 from replica.control.slots import NotServedHere, SlotRedis
+from replica.errors import RedisMisconfigured
 
 log = logging.getLogger(__name__)
 
 
+class ServiceUnknown(MasterNotFoundError, RedisMisconfigured):
+    """Every sentinel answered and none knows the service (or each refused the credentials):
+    asking again will not help (exit 2). Still a ``MasterNotFoundError`` for those who retry."""
+
+
 class _Sentinel(Sentinel):
-    """redis-py's ``Sentinel``, whose "no master" error is one short line: each sentinel's
-    address and why it gave no master (redis-py's lists whole client reprs)."""
+    """redis-py's ``Sentinel``, whose "no master" error is one short line: why the sentinels
+    gave no master, each reason once with the sentinels that gave it (redis-py's lists whole
+    client reprs, and the NOAUTH sentence once per sentinel), and the services they do know
+    when none knows this one."""
 
     async def discover_master(self, service_name: str) -> Any:
-        why: list[str] = []
+        why: dict[str, list[str]] = {}
+        known: set[str] = set()
+        answered = misconfigured = 0
         for number, sentinel in enumerate(self.sentinels):
             kwargs = sentinel.connection_pool.connection_kwargs
             where = f"{kwargs.get('host')}:{kwargs.get('port')}"
             try:
                 masters: Any = await sentinel.sentinel_masters()
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                why.append(f"{where}: {' '.join(str(exc).split()) or type(exc).__name__}")
+            except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
+                said = short(exc)
+                if "unknown command" in said.lower():
+                    misconfigured += 1
+                    said = "not a Sentinel (no SENTINEL command): use redis:// for one server"
+                elif said.startswith(("requires a password", "refused the user name")):
+                    misconfigured += 1
+                    said += " (the sentinels' own: sentinel_username, sentinel_password)"
+                why.setdefault(said, []).append(where)
                 continue
+            answered += 1
             state = masters.get(service_name)
             if state and self.check_master_state(state, service_name):
                 self.sentinels[0], self.sentinels[number] = sentinel, self.sentinels[0]
                 ip = self._force_master_ip if self._force_master_ip is not None else state["ip"]
                 return ip, state["port"]
-            why.append(f"{where}: no master {service_name!r} in a good state")
-        raise MasterNotFoundError(f"no sentinel names a master for {service_name!r} ({'; '.join(why)})")
+            if state:
+                why.setdefault(f"no master {service_name!r} in a good state", []).append(where)
+            else:
+                known.update(str(name) for name in masters)
+                why.setdefault(f"knows no service {service_name!r}", []).append(where)
+        said = "; ".join(f"{', '.join(sentinels)}: {reason}" for reason, sentinels in why.items())
+        message = f"no sentinel names a master for {service_name!r} ({said})"
+        unknown = answered > 0 and answered == len(why.get(f"knows no service {service_name!r}", ()))
+        if unknown and answered + misconfigured == len(self.sentinels):
+            listed = ", ".join(sorted(known)) or "none"
+            raise ServiceUnknown(f"{message}: the services they know: {listed}")
+        if misconfigured == len(self.sentinels):
+            raise ServiceUnknown(message)
+        raise MasterNotFoundError(message)
 
 
 class _SentinelConnection(SentinelManagedConnection):
@@ -161,4 +192,4 @@ def pool_for(redis: Redis, key: str | bytes) -> ConnectionPool:
     return redis.connection_pool
 
 
-__all__ = ["NotServedHere", "connect", "pool_for", "sharded", "topology"]
+__all__ = ["NotServedHere", "ServiceUnknown", "connect", "pool_for", "sharded", "topology"]

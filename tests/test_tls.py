@@ -1,0 +1,88 @@
+"""fleetgate over TLS, with certificates the test makes (``trustme``): the CLI pauses and
+reads a fleet through a TLS-only port with client certificates, and every TLS form takes
+``ssl_check_hostname`` (issue 20 C.15): a certificate that names a DNS host reached at its IP
+address works with ``ssl_check_hostname=false`` and still checks the CA.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio.connection import SSLConnection
+
+from replica.control.connect import connect
+from tests.clikit import one_line, run
+from tests.tlskit import TlsFiles, TlsRedis, make_tls_files
+
+
+@pytest.fixture
+def dns_named(tmp_path: Path) -> Iterator[tuple[TlsFiles, TlsRedis]]:
+    """A TLS server whose certificate names redis.fleetgate.test only, and its files."""
+    files = make_tls_files(tmp_path, server_names=("redis.fleetgate.test",))
+    server = TlsRedis(files, auth_clients=True).start()
+    try:
+        yield files, server
+    finally:
+        server.stop()
+
+
+def _client_query(files: TlsFiles) -> str:
+    return f"ssl_ca_certs={files.ca}&ssl_certfile={files.client_cert}&ssl_keyfile={files.client_key}"
+
+
+def test_the_cli_pauses_and_reads_a_fleet_over_tls_with_client_certificates(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fleet_name: str
+) -> None:
+    files = make_tls_files(tmp_path)
+    server = TlsRedis(files, auth_clients=True).start()
+    try:
+        url = f"rediss://127.0.0.1:{server.tls_port}/0?{_client_query(files)}"
+        code, out, err = run(capsys, "--redis-url", url, "--fleet", fleet_name, "pause",
+                             "--reason", "over TLS", "--by", "t")
+        assert code == 0, err
+        code, out, err = run(capsys, "--redis-url", url, "--fleet", fleet_name, "status", "--json")
+        assert code == 0, err
+        assert '"over TLS"' in out
+    finally:
+        server.stop()
+
+
+def test_a_certificate_naming_another_host_is_refused_with_the_way_out(
+    capsys: pytest.CaptureFixture[str], dns_named: tuple[TlsFiles, TlsRedis]
+) -> None:
+    files, server = dns_named
+    code, _, err = run(capsys, "--redis-url",
+                       f"rediss://127.0.0.1:{server.tls_port}/0?{_client_query(files)}", "fleets")
+    line = one_line(err)
+    assert code == 2 and "IP address mismatch" in line and "ssl_check_hostname=false" in line
+
+
+def test_ssl_check_hostname_false_reaches_a_server_whose_certificate_names_a_dns_host(
+    capsys: pytest.CaptureFixture[str], dns_named: tuple[TlsFiles, TlsRedis]
+) -> None:
+    files, server = dns_named
+    url = f"rediss://127.0.0.1:{server.tls_port}/0?{_client_query(files)}&ssl_check_hostname=false"
+    code, _, err = run(capsys, "--redis-url", url, "fleets")
+    assert code == 0, err
+    # the CA is still checked: another CA's certificate is refused
+    (elsewhere := files.ca.parent / "other").mkdir()
+    other = make_tls_files(elsewhere).ca
+    code, _, err = run(capsys, "--redis-url", url.replace(str(files.ca), str(other)), "fleets")
+    assert code == 2 and "certificate verify failed" in one_line(err)
+
+
+async def test_the_sentinel_and_cluster_tls_forms_take_ssl_check_hostname(tmp_path: Path) -> None:
+    ca = make_tls_files(tmp_path).ca
+    for url in (f"rediss+cluster://127.0.0.1:1?ssl_ca_certs={ca}&ssl_check_hostname=false",
+                f"rediss+sentinel://127.0.0.1:1/svc?ssl_ca_certs={ca}&ssl_check_hostname=false"):
+        client = connect(url)
+        try:
+            conn = client.connection_pool.make_connection()
+            assert isinstance(conn, SSLConnection)
+            assert conn.ssl_context.check_hostname is False
+            assert conn.ssl_context.cert_reqs == ssl.CERT_REQUIRED
+        finally:
+            await client.aclose()
