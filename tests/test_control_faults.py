@@ -362,3 +362,33 @@ async def test_fleetgate_status_shows_a_replica_whose_loop_fails_as_needing_atte
         assert [(a["id"], a["why"][0]) for a in attention] == [("pod-status", "control error")]
     finally:
         await replica.stop()
+
+
+async def test_the_applier_clock_failing_holds_the_pool_and_is_retried_at_the_poll_pace_not_in_a_spin(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    await publish_state(redis, state_at(fleet_name, 1, False))
+    replica = await started(redis_url, fleet_name, "pod-clock", poll_interval=0.2)
+    try:
+        applier = replica.controller._applier
+        resume_due = applier.resume_due
+        calls = 0
+        broken_now = True
+
+        def broken() -> None:
+            nonlocal calls
+            calls += 1
+            if broken_now:
+                raise ZeroDivisionError("injected into the applier's clock")
+            resume_due()
+
+        applier.resume_due = broken  # type: ignore[method-assign]
+        await until(lambda: control_hold(replica) is not None, what="the hold")
+        assert "control loop applier failed: ZeroDivisionError" in (control_hold(replica) or "")
+        polls = replica.controller.stats().polls
+        await until(lambda: replica.controller.stats().polls >= polls + 5, what="five polls")
+        assert calls <= 5 + 2, calls  # about one try a poll interval
+        broken_now = False
+        await until(lambda: control_hold(replica) is None, what="recovery")
+    finally:
+        await replica.stop()

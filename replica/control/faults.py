@@ -158,7 +158,10 @@ class ControlFaults:
         return None
 
     def _changed(self) -> None:
-        self._hold.fault = self.reason
+        reason = self.reason
+        if reason == self._hold.fault:
+            return  # the same failure again: nothing new to hold or write
+        self._hold.fault = reason
         self._hold.refresh()
         if self._on_change is not None:
             self._on_change()

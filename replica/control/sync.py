@@ -101,6 +101,7 @@ class SyncLoop:
         """The client, for the registry of fleets on a cluster (see ``_register``)."""
         self._faults = faults
         self._apply_failed = False
+        self._timers_retry_at: float | None = None
 
         self.ready = asyncio.Event()
         self.failed = asyncio.Event()
@@ -169,7 +170,9 @@ class SyncLoop:
     def _next_wakeup(self, next_poll: float, next_heartbeat: float) -> float:
         now = time.monotonic()
         wake = min(next_poll, next_heartbeat)
-        due = self._applier.next_due(now)
+        # the applier's next timer, unless its timers failed (then at their retry, not in a
+        # loop around a deadline they could not move)
+        due = self._timers_retry_at or self._applier.next_due(now)
         if due is not None:
             wake = min(wake, due)
         check = self._channel.next_check()
@@ -277,11 +280,17 @@ class SyncLoop:
     def _timers(self) -> bool:
         """The applier's clock: holds that start or end, resumes due, overdue pauses. False
         when it failed (a fault of the applier)."""
+        now = time.monotonic()
+        if self._timers_retry_at is not None:
+            if now < self._timers_retry_at:
+                return False
+            self._timers_retry_at = None
         try:
             self._applier.resume_due()
             self._applier.check_overdue()
         except Exception as exc:
             self._faults.fail("applier", exc)
+            self._timers_retry_at = now + self._poll_interval
             return False
         return True
 
