@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -46,7 +46,7 @@ from replica.control.loss import ControlLoss
 from replica.control.options import DEFAULTS, ControllerSettings, ControlLossMode
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
-from replica.control.redisio import Backoff, Link, cancel_bounded
+from replica.control.redisio import Link, cancel_bounded
 from replica.control.sync import SyncLoop
 from replica.errors import ConfigError
 from replica.pool.pool import PausablePool
@@ -345,10 +345,11 @@ class FleetController:
         control.syncing = True
         control.refresh()
         self._pool.add_listener(self._applier.on_pool_event)
+        cap = self._settings.reconnect_cap
         self._tasks = [
-            asyncio.create_task(self._supervised("channel", self._channel.run),
+            asyncio.create_task(self._faults.supervise("channel", self._channel.run, cap),
                                 name=f"fleetgate-listen-{self._replica_id}"),
-            asyncio.create_task(self._supervised("sync", self._sync.run),
+            asyncio.create_task(self._faults.supervise("sync", self._sync.run, cap),
                                 name=f"fleetgate-sync-{self._replica_id}"),
         ]
         ready = asyncio.ensure_future(self._sync.ready.wait())
@@ -405,20 +406,6 @@ class FleetController:
         inside a Redis call: ``cancel_bounded`` cancels again, bounded)."""
         pending = [t for t in self._tasks if not t.done()]
         await asyncio.gather(*(cancel_bounded(t, 5.0) for t in pending))
-
-    async def _supervised(self, loop: str, run: Callable[[], Awaitable[None]]) -> None:
-        """Run a loop until cancelled: what ends it (a fault it did not catch) holds the pool,
-        and it starts again after a backoff (its own work ends the fault)."""
-        backoff = Backoff(base=0.1, cap=self._settings.reconnect_cap)
-        while True:
-            try:
-                await run()
-                raise RuntimeError(f"the {loop} loop returned")
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self._faults.fail(loop, exc)
-            await asyncio.sleep(backoff.next())
 
     def _on_fault_change(self) -> None:
         self._record.control_error = self._faults.reason or ""

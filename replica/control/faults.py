@@ -19,12 +19,14 @@ most telling of those on (a fault first), and it goes only once none is.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from replica.control.redisio import Backoff
 from replica.pool.holds import CONTROL_PLANE_SOURCE
 from replica.pool.pool import PausablePool
 
@@ -156,6 +158,21 @@ class ControlFaults:
                 return (f"control loop {loop} has failed for {now - fault.since:.0f} s "
                         f"({fault.failures} tries): {fault.error}")
         return None
+
+    async def supervise(self, loop: str, run: Callable[[], Awaitable[None]], cap: float) -> None:
+        """Run ``run()`` (a loop) until cancelled: what ends it (a fault it did not catch)
+        holds the pool, and it starts again after a backoff (up to ``cap`` seconds); its own
+        work ends the fault."""
+        backoff = Backoff(base=0.1, cap=cap)
+        while True:
+            try:
+                await run()
+                raise RuntimeError(f"the {loop} loop returned")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.fail(loop, exc)
+            await asyncio.sleep(backoff.next())
 
     def _changed(self) -> None:
         reason = self.reason
