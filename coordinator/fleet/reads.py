@@ -163,7 +163,8 @@ class Reads:
         return unreadable
 
     async def state(self) -> FleetState:
-        raw = await again(lambda: self._redis.hgetall(self._keys.state))
+        raw = await again(lambda: self._redis.execute_command(  # type: ignore[no-untyped-call]
+            "HGETALL", self._keys.state, **{NEVER_DECODE: True}))
         return FleetState.from_hash(self._name, raw)
 
     async def members(self) -> Members:
@@ -175,7 +176,9 @@ class Reads:
         """The state and the members in one round trip."""
         for attempt in range(2):
             pipe = self._redis.pipeline(transaction=False)
-            pipe.hgetall(self._keys.state)
+            # undecoded, as the members: bytes that are not UTF-8 in a hash edited by hand read
+            # as replacement characters (the replicas hold on them), never fail the read
+            pipe.execute_command("HGETALL", self._keys.state, **{NEVER_DECODE: True})
             pipe.execute_command(
                 "ZRANGE", self._keys.replicas, 0, -1, "WITHSCORES", **{NEVER_DECODE: True})
             try:

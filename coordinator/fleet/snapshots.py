@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from redis.client import NEVER_DECODE
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from coordinator.fleet.fleet import Fleet
@@ -170,7 +171,9 @@ class Snapshots:
     async def _fingerprint(self, fleet: Fleet) -> Fingerprint:
         for attempt in range(2):
             pipe = fleet.redis.pipeline(transaction=False)
-            pipe.hgetall(fleet.keys.state)
+            # undecoded: a hash edited by hand may hold bytes that are not UTF-8 (they read as
+            # replacement characters), which must not fail every read of the fleet
+            pipe.execute_command("HGETALL", fleet.keys.state, **{NEVER_DECODE: True})
             pipe.zcard(fleet.keys.replicas)
             try:
                 raw_state, members = await uncancelled(pipe.execute())
