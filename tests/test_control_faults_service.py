@@ -25,11 +25,12 @@ async def test_a_service_whose_sync_loop_fails_is_unready_with_why_and_not_alive
     await publish_state(redis, state_at(fleet_name, 1, False))
     settings = ReplicaSettings(redis_url=redis_url, fleet=fleet_name, replica_id="svc-fault",
                                port=0, admin_token="t", poll_interval=0.1,
-                               heartbeat_interval=0.3)
+                               heartbeat_interval=0.3, fault_fatal_after=120)
     service = ReplicaService(settings, LoadedHandler(ref="tests:_handler", func=_handler))
     await service.start()
     try:
         controller = service.controller
+        assert controller.settings.fault_fatal_after == 120  # FLEETGATE_FAULT_FATAL_AFTER
         link = controller._link
         call = link.call
         broken_now = True

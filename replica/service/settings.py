@@ -95,6 +95,10 @@ class ReplicaSettings(BaseSettings):
     )
     """Seconds without a read of the fleet state before control_loss=hold holds the pool
     (longer than poll_interval)."""
+    fault_fatal_after: float = Field(default=300.0, gt=0, le=86_400)
+    """Seconds a controller loop may keep failing on an error it did not expect (the pool held
+    by control-plane meanwhile, /readyz saying why) before /healthz fails too, so that the
+    orchestrator restarts a replica that cannot recover."""
     admin_token: SecretStr | None = None
     """Bearer token for the admin routes (/pool*); required unless insecure_no_auth."""
     insecure_no_auth: bool = False
