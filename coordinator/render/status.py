@@ -109,8 +109,6 @@ def banner(
             line.append(f" ({format_age((now - state.since).total_seconds())})")
         if state.by:
             line.append(f"  last change by {printable(state.by)}")
-    if state.holds is not None and state.holds:
-        line.append(f"\n{holds_line(state, now)}")
     s = counts if counts is not None else summary(state, replicas, now, max_pause)
     line.append(
         f"\nversion {state.version}  replicas {s['replicas']}: {s['running']} running, "
@@ -125,18 +123,6 @@ def banner(
         line.append(f"\nslowest acknowledgement of v{state.version}: {printable(slowest['id'])} "
                     f"{short_age(slowest['ack_s'])}")
     return line
-
-
-def holds_line(state: FleetState, now: datetime) -> str:
-    """The fleet's holds (a state that has them): each one's name, status, reason and by."""
-    parts = []
-    for hold in state.holds or ():
-        status = hold.status(now)
-        window = (f" until {format_time(hold.auto_resume_at)}" if hold.auto_resume_at
-                  else f" from {format_time(hold.starts_at)}" if status == "scheduled" else "")
-        parts.append(f"{printable(hold.name)} ({status}{window}: {hold.reason!r} by "
-                     f"{printable(hold.by or '-')})")
-    return "holds: " + "; ".join(parts)
 
 
 def replica_table(
@@ -256,7 +242,7 @@ def summary_renderable(
 
 __all__ = [
     "DEFAULT_MAX_PAUSE_S", "REPLICA_STATES", "STATUS_ROWS", "ack_lag_s", "banner",
-    "fleet_status_dict", "fleet_status_renderable", "holds_line", "is_overdue", "pause_age_s", "replica_state",
+    "fleet_status_dict", "fleet_status_renderable", "is_overdue", "pause_age_s", "replica_state",
     "replica_table", "status_dict", "status_renderable", "summary", "summary_renderable",
     "summary_rows", "unacknowledged", "unreadable_line"
 ]
