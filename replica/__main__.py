@@ -21,8 +21,10 @@ import sys
 from collections.abc import Awaitable, Sequence
 from typing import Any, Final, NoReturn
 
+from replica.contract.urls import parse_redis_url
+from replica.control.diagnose import preflight
 from replica.control.redisio import cancel_bounded
-from replica.errors import ConfigError
+from replica.errors import ConfigError, RedisMisconfigured
 from replica.service.handlers import load_handler
 from replica.service.settings import (
     BreakerSettings,
@@ -188,6 +190,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_level)
     if settings.insecure_no_auth and settings.token() is None:
         log.warning("admin routes are served WITHOUT a token (--insecure-no-auth)")
+    target = parse_redis_url(settings.redis_url)
+    try:  # a Redis that can never work as it is (no Lua, a password it requires): one line
+        asyncio.run(preflight(target))
+    except RedisMisconfigured as exc:
+        print(f"{PROG}: cannot use Redis at {target.shown} (FLEETGATE_REDIS_URL): {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     shutdown = Shutdown(lambda _sig: 0)
     try:
         status = asyncio.run(serve(settings, handler, breaker, shutdown))

@@ -242,3 +242,48 @@ def test_serve_refuses_a_missing_password_at_once_with_one_line_and_exit_2(locke
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Redis requires a password (NOAUTH)" in lines[0], done.stderr
+
+
+# ---------------------------------------------------------------------------- the replica
+
+
+def _replica(url: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETGATE_")}
+    env.update({"FLEETGATE_REDIS_URL": url, "FLEETGATE_ADMIN_TOKEN": "t", "FLEETGATE_PORT": "0"})
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("fleetgate-replica")), "--handler", "replica.demo:sleep"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env,
+    )
+
+
+def test_the_replica_refuses_a_valkey_without_lua_at_once_with_one_line_and_exit_2() -> None:
+    server = LocalRedis(binary=_valkey_binary(), extra_args=["--enable-module-command", "local"])
+    server.start()
+    try:
+        with SyncRedis(port=server.port) as admin:
+            admin.execute_command("MODULE", "UNLOAD", "lua")
+        done = _replica(server.url)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "cannot run Lua scripts" in lines[0], done.stderr
+        assert "FLEETGATE_REDIS_URL" in lines[0]
+    finally:
+        server.stop()
+
+
+def test_the_replica_refuses_a_missing_password_at_once_with_one_line_and_exit_2(
+    locked_redis: LocalRedis,
+) -> None:
+    done = _replica(f"redis://127.0.0.1:{locked_redis.port}/0")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Redis requires a password (NOAUTH)" in lines[0], done.stderr
+
+
+def test_sentinels_that_cannot_be_reached_are_listed_with_their_one_reason_and_exit_1(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, line = _status(capsys, "redis+sentinel://127.0.0.1:1,127.0.0.1:2/svc")
+    assert code == 1
+    assert line.endswith("no sentinel names a master for 'svc' (127.0.0.1:1, 127.0.0.1:2: "
+                         "Error 111: connection refused)")

@@ -32,7 +32,8 @@ from coordinator.settings import CoordinatorSettings
 from replica.contract import FleetState
 from replica.contract.urls import RedisTarget, parse_redis_url, redact_url
 from replica.control.connect import connect
-from replica.control.diagnose import diagnose, require_scripting
+from replica.control.diagnose import diagnose
+from replica.control.diagnose import preflight as check_redis
 from replica.control.redisio import bounded, cancel_bounded
 from replica.errors import ContractError, OutcomeUnknown, RedisMisconfigured
 from replica.service.shutdown import Shutdown, conventional_status
@@ -145,35 +146,13 @@ def run_with_fleet(
         raise usage(str(exc)) from None
 
 
-PREFLIGHT_TIMEOUT_S: Final = 15.0
-"""The most ``preflight`` may take (its diagnosis included) before the command goes on."""
-
-
 def preflight(settings: CoordinatorSettings) -> None:
-    """Before a command that runs until stopped (``serve``): ask Redis once whether it can work
-    (``require_scripting``, and the diagnosis of a failure). What can never work as it is raises
+    """Before a command that runs until stopped (``serve``): Redis asked once whether it can
+    work (``replica.control.diagnose.preflight``). What can never work as it is raises
     ``CliError`` (exit 2, one line); an unreachable Redis does not: the command starts and
     retries, as it does when Redis goes away later."""
-
-    async def go() -> None:
-        target = parse_redis_url(settings.redis_url)
-        redis = connect(target, decode_responses=True, socket_connect_timeout=CONNECT_TIMEOUT_S,
-                        socket_timeout=CONNECT_TIMEOUT_S)
-        try:
-            async with asyncio.timeout(PREFLIGHT_TIMEOUT_S):
-                try:
-                    await require_scripting(redis)
-                except (RedisError, OSError, TimeoutError) as exc:
-                    found = await diagnose(target, exc)
-                    if isinstance(exc, RedisMisconfigured) or (found is not None and found.certain):
-                        raise RedisMisconfigured(found.message if found else str(exc)) from None
-        except TimeoutError:
-            pass  # a Redis that hangs: the command starts all the same
-        finally:
-            await asyncio.shield(bounded(redis.aclose(), CLOSE_TIMEOUT_S))
-
     try:
-        asyncio.run(go())
+        asyncio.run(check_redis(parse_redis_url(settings.redis_url)))
     except RedisMisconfigured as exc:
         raise usage(f"cannot use Redis at {redact_url(settings.redis_url)}: {plain(str(exc))}") from None
     except ContractError as exc:

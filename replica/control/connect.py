@@ -27,6 +27,7 @@ subscriptions, the work reader and the change script take theirs from.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from redis.asyncio import Redis
@@ -72,7 +73,7 @@ class _Sentinel(Sentinel):
             try:
                 masters: Any = await sentinel.sentinel_masters()
             except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
-                said = short(exc)
+                said = _without_address(short(exc), kwargs.get("host"), kwargs.get("port"))
                 if "unknown command" in said.lower():
                     misconfigured += 1
                     said = "not a Sentinel (no SENTINEL command): use redis:// for one server"
@@ -101,6 +102,15 @@ class _Sentinel(Sentinel):
         if misconfigured == len(self.sentinels):
             raise ServiceUnknown(message)
         raise MasterNotFoundError(message)
+
+
+def _without_address(text: str, host: Any, port: Any) -> str:
+    """An error without the sentinel's own address, so that sentinels failing alike say it once
+    ("Error 111 connecting to h:1. Connect call failed ('h', 1)." -> "Error 111: connection
+    refused")."""
+    text = re.sub(r"Connect call failed \(.*?\)\.?", "connection refused", text)
+    text = text.replace(f" connecting to {host}:{port}.", ":").replace(f" connecting to {host}:{port}", "")
+    return " ".join(text.replace(f"{host}:{port}", "").split()).rstrip(".")
 
 
 class _SentinelConnection(SentinelManagedConnection):

@@ -9,7 +9,8 @@ client, ``INFO server`` and ``SENTINEL MASTERS`` at a server that knows no data 
 answer is ``certain`` when the URL or the server can never work as they are (exit 2), else a
 likely cause added to the error (the server may still be starting, or be something else).
 
-``require_scripting(redis)`` loads a one-line script: a server without Lua (Valkey 9 can unload
+``preflight(target)`` asks both before a process that runs until stopped (``fleetgate serve``,
+``fleetgate-replica``) starts. ``require_scripting(redis)`` loads a one-line script: a server without Lua (Valkey 9 can unload
 its scripting engine; a Redis whose ``SCRIPT`` is renamed away) is refused at connect time with
 ``RedisMisconfigured``, not at the first change.
 """
@@ -130,6 +131,46 @@ async def require_scripting(redis: Redis) -> None:
             raise  # "unknown command" too: diagnose tells a Sentinel from a SCRIPT renamed away
 
 
+PREFLIGHT_TIMEOUT_S: Final = 15.0
+"""The most ``preflight`` may take, its diagnosis included."""
+
+
+async def preflight(target: RedisTarget) -> None:
+    """Ask Redis once, before a process that runs until stopped starts, whether it can work:
+    ``RedisMisconfigured`` (one line) when it never can as it is (no Lua, a password it
+    requires, a TLS port reached without TLS...). An unreachable or hung Redis passes: the
+    process starts and retries, as it does when Redis goes away later."""
+    from replica.control.connect import connect  # connect imports this module
+
+    redis = connect(target, decode_responses=True, socket_connect_timeout=PROBE_TIMEOUT_S * 2.5,
+                    socket_timeout=PROBE_TIMEOUT_S * 2.5)
+    try:
+        async with asyncio.timeout(PREFLIGHT_TIMEOUT_S):
+            try:
+                await require_scripting(redis)
+            except (RedisError, OSError, TimeoutError) as exc:
+                if isinstance(exc, RedisMisconfigured):
+                    raise RedisMisconfigured(str(exc)) from None
+                found = await diagnose(target, exc)
+                if found is not None and found.certain:
+                    raise RedisMisconfigured(found.message) from None
+                log.info("Redis at %s did not answer before the start (%s): starting all the "
+                         "same", target.shown, short(exc))
+    except TimeoutError:
+        log.info("Redis at %s did not answer within %ss before the start: starting all the same",
+                 target.shown, PREFLIGHT_TIMEOUT_S)
+    finally:
+        await asyncio.shield(_close(redis))
+
+
+async def _close(redis: Redis) -> None:
+    try:
+        async with asyncio.timeout(1.0):
+            await redis.aclose()
+    except (RedisError, OSError, TimeoutError):
+        pass
+
+
 def _no_scripting(text: str) -> str:
     return (f"this Redis server cannot run Lua scripts ({text}), and fleetgate's changes are Lua "
             "scripts: use a server with Lua (on Valkey, load its Lua module)")
@@ -220,4 +261,4 @@ def _names(masters: Any) -> list[str]:
     return [n for n in names if n]
 
 
-__all__ = ["Diagnosis", "diagnose", "require_scripting", "short"]
+__all__ = ["Diagnosis", "diagnose", "preflight", "require_scripting", "short"]
