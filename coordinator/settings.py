@@ -51,6 +51,8 @@ class CoordinatorSettings(BaseSettings):
 
     max_pause: float = Field(default=1800.0)
     """Seconds after which a pause given no window (--for) is overdue: the metric and the warning."""
+    slow_ack: float = Field(default=1.0, gt=0)
+    """Seconds: a replica that took this long or longer to acknowledge the current version needs attention in `status` and the API (one poll interval by default: a healthy fleet's spread is milliseconds). The slowest are named whatever their lag."""
     overdue_log_interval: float = Field(default=60.0)
     """Seconds between the warnings `fleetgate serve` logs while a pause is overdue."""
     restore_interval: float = Field(default=5.0)
@@ -100,7 +102,7 @@ class CoordinatorSettings(BaseSettings):
 
     @field_validator(
         "max_pause", "overdue_log_interval", "restore_interval", "refresh_interval", "max_wait",
-        "webhook_max_age", "http_header_timeout",
+        "webhook_max_age", "http_header_timeout", "slow_ack",
         "min_replicas_timeout", mode="before",
     )
     @classmethod

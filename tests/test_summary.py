@@ -15,6 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from coordinator.fleet.fleet import Fleet
+from coordinator.settings import CoordinatorSettings
 from coordinator.fleet.summary import (
     ATTENTION_CAP,
     WHY_NOT_QUIET,
@@ -75,9 +76,16 @@ async def test_the_summary_names_the_stale_the_unacknowledged_and_the_not_quiet_
         assert why["gone-0"] == [WHY_STALE]
         assert why["behind-0"] == [WHY_UNACKNOWLEDGED]
         assert why["r1"][0] == WHY_NOT_QUIET
-        assert why["r2"] == [WHY_SLOW_ACK]  # acknowledged: only among the slowest
+        # r2 acknowledged within milliseconds: among the slowest, named, but not slow
+        assert "r2" not in why
         assert s.figures.attention_total == 3
         assert {a["id"] for a in counts["slowest_acks"]} == {"r1", "r2"}
+        assert all(a["ack_s"] < 1.0 for a in counts["slowest_acks"])
+        # slow is measured against a bound (FLEETGATE_SLOW_ACK), never a rank: at 0 s, any
+        # acknowledgement is slow
+        strict = summarize(await fleet.status(), slow_ack_s=0.0)
+        strict_why = {a.replica.id: list(a.why) for a in strict.figures.attention}
+        assert strict_why["r2"] == [WHY_SLOW_ACK]
         body = s.to_dict()
         assert set(body) == {"fleet", "state", "summary", "attention", "attention_total"}
         assert body["attention"][0]["why"] == [WHY_STALE] and body["attention"][0]["id"] == "gone-0"
@@ -139,6 +147,23 @@ def test_status_prints_at_most_20_rows_problem_ones_first_and_every_row_with_all
         assert len(body["replicas"]) == 25
 
 
+def test_a_healthy_fleets_quick_acknowledgements_need_no_attention_and_a_bound_says_what_slow_is(
+    redis_url: str, fleet_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    thread = ReplicaThread(redis_url, fleet_name, 3, workers=1)
+    with thread, environment(FLEETGATE_REDIS_URL=redis_url, FLEETGATE_FLEET=fleet_name):
+        code, _, err = run(capsys, "pause", "--reason", "drill", "--wait")
+        assert code == 0, err
+        code, out, _ = run(capsys, "status")
+        assert code == 0
+        assert "slow acknowledgement" not in out and "need attention" not in out, out
+        assert "slowest acknowledgement of v" in out  # still named, for information
+        body = json.loads(run(capsys, "status", "--json")[1])
+        assert body["attention"] == []
+        with environment(FLEETGATE_SLOW_ACK="2s"):  # the bound is a setting (a duration)
+            assert CoordinatorSettings().slow_ack == 2.0
+
+
 def test_status_names_each_hold_of_the_fleet(
     redis_url: str, fleet_name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -155,5 +180,6 @@ def test_status_names_each_hold_of_the_fleet(
     with environment(FLEETGATE_REDIS_URL=redis_url, FLEETGATE_FLEET=fleet_name):
         code, out, _ = run(capsys, "status")
     assert code == 0 and "PAUSED" in out
-    assert "db (active: 'db failover' by alice)" in out
-    assert "deploy (active: 'deploy 4.2' by bob)" in out
+    assert "hold db (active): 'db failover' by alice" in out
+    assert "hold deploy (active): 'deploy 4.2' by bob" in out
+    assert out.count("db failover' by alice") == 1  # each hold once

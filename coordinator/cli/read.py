@@ -49,6 +49,7 @@ def status(
     g: Globals = ctx.obj
     settings = g.settings(redis_url=redis_url, fleet=fleet)
     max_pause = settings.max_pause
+    slow_ack = settings.slow_ack
 
     async def read(fleet: Fleet) -> FleetStatus:
         return await fleet.status()
@@ -61,13 +62,14 @@ def status(
 
     def as_json(st: FleetStatus) -> dict[str, Any]:
         if every:
-            return render.fleet_status_dict(st, max_pause=max_pause)
-        return summarize(st, max_pause=max_pause).to_dict()
+            return render.fleet_status_dict(st, max_pause=max_pause, slow_ack_s=slow_ack)
+        return summarize(st, max_pause=max_pause, slow_ack_s=slow_ack).to_dict()
 
     def as_text(st: FleetStatus) -> RenderableType:
         if every:
             return render.fleet_status_renderable(st, max_pause=max_pause)
-        return render.summary_renderable(st, summarize(st, max_pause=max_pause))
+        return render.summary_renderable(st, summarize(st, max_pause=max_pause,
+                                                       slow_ack_s=slow_ack))
 
     if not watch:
         st = run_with_fleet(settings, read_known)

@@ -35,6 +35,7 @@ from coordinator.fleet.reads import Reads
 from coordinator.fleet.summary import (
     ATTENTION_CAP,
     DEFAULT_MAX_PAUSE_S,
+    DEFAULT_SLOW_ACK_S,
     FleetSummary,
     RecordFigures,
     count,
@@ -89,9 +90,15 @@ class Snapshots:
     concurrent ones still share a read); ``clock`` is for tests."""
 
     def __init__(
-        self, interval: float = DEFAULT_INTERVAL, *, clock: Callable[[], float] = time.monotonic
+        self,
+        interval: float = DEFAULT_INTERVAL,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        slow_ack_s: float = DEFAULT_SLOW_ACK_S,
     ) -> None:
         self.interval = max(0.0, float(interval))
+        self.slow_ack_s = slow_ack_s
+        """An acknowledgement this slow makes its replica need attention (``count``)."""
         self._clock = clock
         self._entries: dict[str, _Entry] = {}
         self.max_entries = MAX_ENTRIES
@@ -193,7 +200,7 @@ class Snapshots:
         status = FleetStatus(state=snapshot.state, replicas=infos, unreadable=unreadable)
         members = len(snapshot.members.scores) + snapshot.members.unreadable
         snap = Snap(status, Fingerprint(snapshot.state, members), started, read_at,
-                    count(status, read_at, ATTENTION_CAP))
+                    count(status, read_at, ATTENTION_CAP, self.slow_ack_s))
         entry.snap = snap
         return snap
 

@@ -31,6 +31,10 @@ ATTENTION_CAP: Final = 20
 """The most replicas a summary lists as needing attention (``attention_total`` counts all)."""
 SLOWEST: Final = 5
 """How many of the slowest acknowledgements of the current version a summary names."""
+DEFAULT_SLOW_ACK_S: Final = 1.0
+"""An acknowledgement slower than this (``FLEETGATE_SLOW_ACK``) makes its replica need
+attention: one poll interval by default, what a replica that missed the push takes; a healthy
+fleet's spread is milliseconds. The slowest are named whatever their lag, flagged only past it."""
 
 WHY_STALE: Final = "stale"
 WHY_CONTROL_ERROR: Final = "control error"
@@ -187,8 +191,14 @@ class RecordFigures:
     first (at most ``SLOWEST``)."""
 
 
-def count(status: FleetStatus, now: datetime | None = None, cap: int = ATTENTION_CAP) -> RecordFigures:
-    """Count the records of ``status`` (one pass, and a heap for the slowest)."""
+def count(
+    status: FleetStatus,
+    now: datetime | None = None,
+    cap: int = ATTENTION_CAP,
+    slow_ack_s: float = DEFAULT_SLOW_ACK_S,
+) -> RecordFigures:
+    """Count the records of ``status`` (one pass, and a heap for the slowest); a replica whose
+    acknowledgement took ``slow_ack_s`` or longer needs attention."""
     now = now or now_utc()
     state = status.state
     paused = state.effectively_paused(now)
@@ -216,11 +226,11 @@ def count(status: FleetStatus, now: datetime | None = None, cap: int = ATTENTION
     slowest = heapq.nlargest(SLOWEST, lags)
     problems = len(flagged)
     flagged_ids = {f[1] for f in flagged}
-    for _lag, rid in slowest:
+    slow = {rid for lag, rid in slowest if lag >= slow_ack_s}  # slow against a bound, not a rank
+    for rid in sorted(slow):
         reasons[WHY_SLOW_ACK] += 1
         if rid not in flagged_ids:
             flagged.append((_RANK[WHY_SLOW_ACK], rid, _by_id(status.replicas, rid), []))
-    slow = {rid for _lag, rid in slowest}
     picked = heapq.nsmallest(cap, flagged, key=lambda f: (f[0], f[1]))
     attention = [
         Attention(r, tuple(why + ([WHY_SLOW_ACK] if r.id in slow else [])),
@@ -304,11 +314,13 @@ def summarize(
     *,
     figures: RecordFigures | None = None,
     read_at: datetime | None = None,
+    slow_ack_s: float = DEFAULT_SLOW_ACK_S,
 ) -> FleetSummary:
     """The summary of ``status`` at ``now``; ``figures`` of the same status when already
     counted (a cached snapshot's)."""
     now = now or now_utc()
-    return FleetSummary(status.state, figures or count(status, now), now, max_pause, read_at)
+    figures = figures or count(status, now, slow_ack_s=slow_ack_s)
+    return FleetSummary(status.state, figures, now, max_pause, read_at)
 
 
 def _round(value: float | None) -> float | None:
@@ -316,7 +328,7 @@ def _round(value: float | None) -> float | None:
 
 
 __all__ = [
-    "ATTENTION_CAP", "DEFAULT_MAX_PAUSE_S", "REPLICA_STATES", "SLOWEST", "WHYS",
+    "ATTENTION_CAP", "DEFAULT_MAX_PAUSE_S", "DEFAULT_SLOW_ACK_S", "REPLICA_STATES", "SLOWEST", "WHYS",
     "WHY_CONTROL_ERROR", "Attention", "FleetSummary", "RecordFigures", "ack_lag_s",
     "control_error", "count", "is_overdue", "pause_age_s", "replica_state", "source_stopped",
     "summarize", "unacknowledged", "whys",

@@ -16,6 +16,7 @@ from coordinator.durations import format_age
 from coordinator.fleet.models import FleetStatus, ReplicaInfo
 from coordinator.fleet.summary import (
     DEFAULT_MAX_PAUSE_S,
+    DEFAULT_SLOW_ACK_S,
     REPLICA_STATES,
     WHY_CONTROL_ERROR,
     FleetSummary,
@@ -42,10 +43,11 @@ def summary(
     now: datetime | None = None,
     max_pause: float = DEFAULT_MAX_PAUSE_S,
     unreadable: int = 0,
+    slow_ack_s: float = DEFAULT_SLOW_ACK_S,
 ) -> dict[str, Any]:
     """The ``summary`` object of the status shape (``FleetSummary.counts()``)."""
     status = FleetStatus(state=state, replicas=list(replicas), unreadable=unreadable)
-    return summarize(status, now, max_pause).counts()
+    return summarize(status, now, max_pause, slow_ack_s=slow_ack_s).counts()
 
 
 def status_dict(
@@ -54,21 +56,26 @@ def status_dict(
     now: datetime | None = None,
     max_pause: float = DEFAULT_MAX_PAUSE_S,
     unreadable: int = 0,
+    slow_ack_s: float = DEFAULT_SLOW_ACK_S,
 ) -> dict[str, Any]:
     """The status shape: ``status --json`` and ``GET /api/fleet``."""
     return {
         "fleet": state.fleet,
         "state": state_dict(state, now or now_utc()),
         "replicas": [r.to_dict() for r in replicas],
-        "summary": summary(state, replicas, now, max_pause, unreadable),
+        "summary": summary(state, replicas, now, max_pause, unreadable, slow_ack_s),
     }
 
 
 def fleet_status_dict(
-    status: FleetStatus, now: datetime | None = None, max_pause: float = DEFAULT_MAX_PAUSE_S
+    status: FleetStatus,
+    now: datetime | None = None,
+    max_pause: float = DEFAULT_MAX_PAUSE_S,
+    slow_ack_s: float = DEFAULT_SLOW_ACK_S,
 ) -> dict[str, Any]:
     """``status_dict`` of ``Fleet.status()``."""
-    return status_dict(status.state, status.replicas, now, max_pause, status.unreadable)
+    return status_dict(status.state, status.replicas, now, max_pause, status.unreadable,
+                       slow_ack_s)
 
 
 def _time_and_age(dt: datetime | None, now: datetime) -> str:

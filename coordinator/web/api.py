@@ -126,7 +126,8 @@ def create_app(
             min_replicas_timeout=settings.min_replicas_timeout,
         )
         runtime.fleet = runtime.fleets.default
-        snapshots = runtime.snapshots = Snapshots(settings.refresh_interval)
+        snapshots = runtime.snapshots = Snapshots(settings.refresh_interval,
+                                                  slow_ack_s=settings.slow_ack)
         try:
             if run_watcher:  # every fleet of the registry and the default one
                 notify = bool(settings.webhook_urls)
