@@ -15,7 +15,6 @@ import pytest
 import redis.asyncio as aioredis
 
 from coordinator.fleet.fleet import Fleet
-from coordinator.settings import CoordinatorSettings
 from coordinator.fleet.summary import (
     ATTENTION_CAP,
     WHY_NOT_QUIET,
@@ -26,6 +25,7 @@ from coordinator.fleet.summary import (
     FleetSummary,
     summarize,
 )
+from coordinator.settings import CoordinatorSettings
 from tests.clikit import run
 from tests.fleetkit import ReplicaThread, environment, replicas, until, wait_until
 from tests.procs import Processes
