@@ -83,6 +83,21 @@ def test_resume_wait_returns_once_every_replica_runs_again(
         assert not kit.call(lambda r=r: r.pool.paused)
 
 
+@pytest.mark.usefixtures("env")
+def test_a_wait_on_a_fleet_no_replica_reported_says_so_and_what_it_concluded(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "pause", "--reason", "before the rollout", "--wait")
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert lines[1].startswith("no replica has reported: --wait had none to wait for; the fleet "
+                               "is paused"), out
+    assert "replica  reached" not in out  # no empty table header
+    code, out, err = run(capsys, "resume", "--wait")
+    assert code == 0, err
+    assert "the fleet is running in Redis" in out and "replica  reached" not in out
+
+
 def test_the_queue_is_untouched_across_a_cli_pause_and_resume(
     kit: ReplicaThread, capsys: pytest.CaptureFixture[str]
 ) -> None:

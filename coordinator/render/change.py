@@ -230,7 +230,13 @@ def why_not(result: ReplicaResult) -> str:
 
 def wait_table(report: WaitReport) -> RenderableType:
     """Each replica's acknowledgement: when it applied the change (and, for a pause, when it
-    turned quiet), or why it did not get there; then those excused (they left)."""
+    turned quiet), or why it did not get there; then those excused (they left). With no
+    replica at all, one line saying so and what the wait concluded, not an empty table."""
+    if not report.replicas and not report.excused:
+        now = "paused" if report.action == "pause" else "running"
+        return Text(f"no replica has reported: --wait had none to wait for; the fleet is {now} "
+                    "in Redis, and a replica that starts applies it from its first read",
+                    style="italic")
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     pause = report.action == "pause"
     columns = ["replica", "reached", "applied at"] + (["quiet at"] if pause else []) + ["why not"]
