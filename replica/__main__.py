@@ -21,6 +21,7 @@ import sys
 from collections.abc import Awaitable, Sequence
 from typing import Any, Final, NoReturn
 
+from replica.contract.clock import LogFormatter
 from replica.contract.urls import parse_redis_url
 from replica.control.diagnose import preflight
 from replica.control.redisio import cancel_bounded
@@ -79,11 +80,9 @@ def config_docs() -> str:
 
 
 def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level, logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(LogFormatter())  # ISO 8601 UTC with milliseconds, as fleetgate serve
+    logging.basicConfig(level=getattr(logging, level, logging.INFO), handlers=[handler])
 
 
 async def serve(

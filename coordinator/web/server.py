@@ -25,6 +25,7 @@ import uvicorn
 
 from coordinator.settings import CoordinatorSettings, redact
 from coordinator.web.api import create_app
+from replica.contract.clock import LogFormatter
 from replica.errors import ConfigError
 from replica.service.shutdown import Shutdown
 from replica.service.slowclients import guarded_h11
@@ -62,9 +63,7 @@ def configure_logging(json_logs: bool, level: int = logging.INFO) -> None:
     if json_logs:
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S")
-        )
+        handler.setFormatter(LogFormatter())  # ISO 8601 UTC with milliseconds, as the replicas
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -75,3 +76,19 @@ def timedelta_s(value: timedelta | float | None) -> float:
     if isinstance(value, timedelta):
         return value.total_seconds()
     return float(value)
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""The line format of both sides' plain logs (fleetgate-replica, fleetgate serve)."""
+
+
+class LogFormatter(logging.Formatter):
+    """Log lines stamped as the contract stamps time, ISO 8601 UTC with milliseconds
+    (``2026-12-01T19:47:33.808Z``), the same on every replica and coordinator, so their logs
+    interleave by sorting. The entry points install it; the library configures no logging."""
+
+    def __init__(self, fmt: str = LOG_FORMAT) -> None:
+        super().__init__(fmt)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return format_time(datetime.fromtimestamp(record.created, UTC))
