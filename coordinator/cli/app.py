@@ -17,7 +17,9 @@ every command takes ``--json`` (the shapes are in ``coordinator.render``).
 
 Exit status (``coordinator.cli.exits``): 0 ok; 1 Redis cannot be reached (or an unexpected
 error); 2 bad usage or configuration (also: a resume naming no hold while there are
-several, or a hold there is not); 3 a ``--wait`` that timed out (the stragglers named on
+several, or a hold there is not; a Redis URL that cannot work, its parameters and TLS files
+checked before connecting; a Redis whose answer says it never will as it is: a password it
+requires, TLS on one side only, a Sentinel where a server is expected, no Lua scripting); 3 a ``--wait`` that timed out (the stragglers named on
 stderr); 5 a change whose outcome is unknown (sent, never answered: read the state). Every
 failure is one line on stderr, never a traceback.
 
