@@ -37,6 +37,8 @@ _SSL_SOURCE: Final = re.compile(r" \(_ssl\.c:\d+\)")
 PROBE_TIMEOUT_S: Final = 2.0
 """How long one diagnostic question may take."""
 NOAUTH: Final = "Redis requires a password (NOAUTH): give it in the URL as redis://[USER]:PASSWORD@HOST..."
+CLIENT_CERTIFICATE: Final = ("the server requires a client certificate (its TLS alert: certificate "
+                              "required): give it as ssl_certfile=PATH&ssl_keyfile=PATH")
 WRONGPASS: Final = "Redis refused the user name and password (WRONGPASS): check the URL's USER:PASSWORD"
 
 
@@ -74,8 +76,7 @@ async def diagnose(target: RedisTarget, exc: BaseException) -> Diagnosis | None:
         return Diagnosis(_no_scripting(text), True)
     where = _address(target)
     if "CERTIFICATE_REQUIRED" in text:
-        return Diagnosis(f"{text}: the server requires a client certificate: give it as "
-                         "ssl_certfile=PATH&ssl_keyfile=PATH", True)
+        return Diagnosis(CLIENT_CERTIFICATE, True)
     if "CERTIFICATE_VERIFY_FAILED" in text:
         if "mismatch" in text or "hostname" in text.lower():
             fix = ("the certificate does not name the host of the URL: use a name it holds, or "
@@ -113,6 +114,8 @@ async def diagnose(target: RedisTarget, exc: BaseException) -> Diagnosis | None:
             return Diagnosis(f"{host}:{port} speaks TLS: use rediss:// (the server closed the "
                              "plain connection: Connection reset by peer)", True)
         if target.tls and "ssl_certfile" not in dict(target.tls_options):
+            if await _wants_client_certificate(host, port):
+                return Diagnosis(CLIENT_CERTIFICATE, True)
             return Diagnosis(f"{text} (likely cause: the server requires a client certificate: "
                              "give it as ssl_certfile=PATH&ssl_keyfile=PATH)", False)
     return None
@@ -224,6 +227,30 @@ async def _speaks_tls(host: str, port: int) -> bool:
     except (OSError, TimeoutError, ssl.SSLError):
         return False
     return True
+
+
+async def _wants_client_certificate(host: str, port: int) -> bool:
+    """A TLS client without a certificate gets the server's "certificate required" alert (TLS
+    1.3 sends it after the handshake: it is read with the first answer)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(host, port, ssl=context)
+            try:
+                writer.write(b"PING\r\n")
+                await writer.drain()
+                await reader.readline()
+            finally:
+                writer.close()
+    except asyncio.CancelledError:
+        raise
+    except ssl.SSLError as exc:
+        return "CERTIFICATE_REQUIRED" in str(exc) or "certificate required" in str(exc)
+    except (OSError, TimeoutError):
+        return False
+    return False
 
 
 async def _sentinel_masters(target: RedisTarget, host: str, port: int) -> list[str] | None:
