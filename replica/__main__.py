@@ -190,8 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings.insecure_no_auth and settings.token() is None:
         log.warning("admin routes are served WITHOUT a token (--insecure-no-auth)")
     target = parse_redis_url(settings.redis_url)
-    try:  # a Redis that can never work as it is (no Lua, a password it requires): one line
-        asyncio.run(preflight(target))
+    try:  # a Redis that can never work as it is (a password it requires...): one line
+        asyncio.run(preflight(target, scripts=False))
     except RedisMisconfigured as exc:
         print(f"{PROG}: cannot use Redis at {target.shown} (FLEETGATE_REDIS_URL): {exc}", file=sys.stderr)
         return EXIT_CONFIG

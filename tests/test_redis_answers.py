@@ -257,21 +257,6 @@ def _replica(url: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_replica_refuses_a_valkey_without_lua_at_once_with_one_line_and_exit_2() -> None:
-    server = LocalRedis(binary=_valkey_binary(), extra_args=["--enable-module-command", "local"])
-    server.start()
-    try:
-        with SyncRedis(port=server.port) as admin:
-            admin.execute_command("MODULE", "UNLOAD", "lua")
-        done = _replica(server.url)
-        assert done.returncode == 2, done.stderr
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and "cannot run Lua scripts" in lines[0], done.stderr
-        assert "FLEETGATE_REDIS_URL" in lines[0]
-    finally:
-        server.stop()
-
-
 def test_the_replica_refuses_a_missing_password_at_once_with_one_line_and_exit_2(
     locked_redis: LocalRedis,
 ) -> None:

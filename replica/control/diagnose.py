@@ -87,7 +87,14 @@ async def diagnose(target: RedisTarget, exc: BaseException) -> Diagnosis | None:
     if where is None:
         return None
     host, port = where
-    if "unknown command" in text.lower():
+    lowered = text.lower()
+    dropped = "reset by peer" in lowered or "closed by server" in lowered
+    # a TLS hello at a plain port: no answer (a timeout), or, when its random bytes hold a line
+    # end, an error line or a closed connection, which TLS reads as garbage or a reset
+    if target.tls and await _speaks_plain(host, port):
+        return Diagnosis(f"{host}:{port} answers without TLS: use redis://, not rediss:// "
+                         f"(the TLS handshake failed: {text})", True)
+    if "unknown command" in lowered:
         masters = await _sentinel_masters(target, host, port)
         if masters is not None:
             known = ", ".join(masters) or "none yet"
@@ -101,14 +108,6 @@ async def diagnose(target: RedisTarget, exc: BaseException) -> Diagnosis | None:
     if target.topology == "cluster" and "cluster support disabled" in text.lower():
         return Diagnosis(f"{host}:{port} is not a cluster node (cluster support disabled): use "
                          "redis:// for one server", True)
-    lowered = text.lower()
-    dropped = "reset by peer" in lowered or "closed by server" in lowered
-    # a TLS hello at a plain port: no answer (timeout), or, when its random bytes hold a line
-    # end, an error line or a closed connection that TLS reads as garbage
-    if target.tls and (dropped or "timeout" in lowered or "ssl" in lowered) \
-            and await _speaks_plain(host, port):
-        return Diagnosis(f"{host}:{port} answers without TLS: use redis://, not rediss:// "
-                         f"(the TLS handshake failed: {text})", True)
     if dropped:
         if not target.tls and await _speaks_tls(host, port):
             return Diagnosis(f"{host}:{port} speaks TLS: use rediss:// (the server closed the "
@@ -138,11 +137,13 @@ PREFLIGHT_TIMEOUT_S: Final = 15.0
 """The most ``preflight`` may take, its diagnosis included."""
 
 
-async def preflight(target: RedisTarget) -> None:
+async def preflight(target: RedisTarget, *, scripts: bool = True) -> None:
     """Ask Redis once, before a process that runs until stopped starts, whether it can work:
-    ``RedisMisconfigured`` (one line) when it never can as it is (no Lua, a password it
-    requires, a TLS port reached without TLS...). An unreachable or hung Redis passes: the
-    process starts and retries, as it does when Redis goes away later."""
+    ``RedisMisconfigured`` (one line) when it never can as it is (a password it requires, a TLS
+    port reached without TLS..., and with ``scripts`` no Lua: the coordinator's changes are
+    scripts; a replica runs none, its ACL user may not even load one, so it only PINGs). An
+    unreachable or hung Redis passes: the process starts and retries, as it does when Redis
+    goes away later."""
     from replica.control.connect import connect  # connect imports this module
 
     redis = connect(target, decode_responses=True, socket_connect_timeout=PROBE_TIMEOUT_S * 2.5,
@@ -150,7 +151,10 @@ async def preflight(target: RedisTarget) -> None:
     try:
         async with asyncio.timeout(PREFLIGHT_TIMEOUT_S):
             try:
-                await require_scripting(redis)
+                if scripts:
+                    await require_scripting(redis)
+                else:
+                    await redis.ping()
             except (RedisError, OSError, TimeoutError) as exc:
                 if isinstance(exc, RedisMisconfigured):
                     raise RedisMisconfigured(str(exc)) from None
