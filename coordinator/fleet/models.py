@@ -14,6 +14,7 @@ from replica.contract import (
     R_APPLIED_STATE,
     R_APPLIED_VERSION,
     R_CONTROL,
+    R_CONTROL_ERROR,
     R_FAILED,
     R_FLEET_HELD,
     R_HEARTBEAT_AT,
@@ -101,6 +102,8 @@ class ReplicaInfo:
     heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
     poll_interval: float | None = None
     applied_state: FleetState | None = None
+    control_error: str = ""
+    """What broke in the replica's controller while a loop's fault holds its pool, or empty."""
     extra: dict[str, str] = field(default_factory=dict)
     """Fields of the record beyond the contract's (the replica service adds its own)."""
 
@@ -155,6 +158,7 @@ class ReplicaInfo:
             heartbeat_interval=interval,
             poll_interval=_float(h.get(R_POLL_INTERVAL), 0.0) or None,
             applied_state=applied_state,
+            control_error=h.get(R_CONTROL_ERROR, ""),
             extra={k: v for k, v in h.items() if k not in RECORD_FIELDS},
         )
 
@@ -185,6 +189,7 @@ class ReplicaInfo:
             "resume_at": format_time(self.resume_at) or None,
             "stale": self.stale,
             "applied_state": self.applied_state.to_dict() if self.applied_state else None,
+            "control_error": self.control_error or None,
             "extra": dict(self.extra),
         }
 

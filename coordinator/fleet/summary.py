@@ -129,7 +129,7 @@ def source_stopped(replica: ReplicaInfo) -> bool:
 def control_error(replica: ReplicaInfo) -> str:
     """What broke in the replica's controller (record field ``control_error``: a loop failing
     on an error it did not expect, the pool held meanwhile), or empty."""
-    return replica.extra.get("control_error", "")
+    return replica.control_error
 
 
 def whys(replica: ReplicaInfo, state: FleetState, paused: bool) -> list[str]:

@@ -73,6 +73,8 @@ R_QUIET: Final = "quiet"
 R_QUIET_AT: Final = "quiet_at"
 R_CONTROL: Final = "control"
 """``connected`` or ``disconnected`` (the control channel)."""
+R_CONTROL_ERROR: Final = "control_error"
+"""What broke while a controller loop's fault holds the pool (empty otherwise)."""
 R_HEARTBEAT_AT: Final = "heartbeat_at"
 R_HEARTBEAT_INTERVAL: Final = "heartbeat_interval"
 """Seconds between heartbeats: a replica silent for STALE_HEARTBEATS of them is stale."""
@@ -83,7 +85,8 @@ R_PROCESSED: Final = "processed"
 R_FAILED: Final = "failed"
 RECORD_FIELDS: Final = (
     R_PAUSED, R_HOLDS, R_FLEET_HELD, R_APPLIED_VERSION, R_APPLIED_STATE, R_APPLIED_AT,
-    R_RESUME_AT, R_IN_FLIGHT, R_QUEUED, R_QUIET, R_QUIET_AT, R_CONTROL, R_HEARTBEAT_AT,
+    R_RESUME_AT, R_IN_FLIGHT, R_QUEUED, R_QUIET, R_QUIET_AT, R_CONTROL, R_CONTROL_ERROR,
+    R_HEARTBEAT_AT,
     R_HEARTBEAT_INTERVAL, R_POLL_INTERVAL, R_HOST, R_STARTED_AT, R_PROCESSED, R_FAILED,
 )
 CONTROL_CONNECTED: Final = "connected"

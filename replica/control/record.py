@@ -29,6 +29,7 @@ from replica.contract import (
     R_APPLIED_STATE,
     R_APPLIED_VERSION,
     R_CONTROL,
+    R_CONTROL_ERROR,
     R_FAILED,
     R_FLEET_HELD,
     R_HEARTBEAT_AT,
@@ -57,7 +58,6 @@ from replica.pool.pool import PausablePool
 
 log = logging.getLogger(__name__)
 
-R_CONTROL_ERROR: Final = "control_error"
 """The record field saying what broke while a fault holds the pool (``replica.control.faults``),
 empty otherwise; written with every record write but a change's fast path."""
 
@@ -219,7 +219,8 @@ class ReplicaRecord:
         fields[R_QUIET_AT] = self._quiet_at
         fields[R_CONTROL] = CONTROL_CONNECTED if source.subscribed else CONTROL_DISCONNECTED
         fields[R_HEARTBEAT_AT] = clock()[1]
-        if full:
+        if full:  # a change's fast write leaves it as the last heartbeat wrote it
+            fields[R_CONTROL_ERROR] = self.control_error
             stats = pool.stats()
             fields.update(self._static)
             fields[R_PROCESSED] = str(stats.processed)
@@ -231,7 +232,6 @@ class ReplicaRecord:
         flat: list[str] = []
         for k, v in self.fields(full).items():
             flat += (k, v)
-        flat += (R_CONTROL_ERROR, self.control_error)
         return [
             ("HSET", self.key, *flat),
             ("PEXPIRE", self.key, self._ttl_ms),
