@@ -129,6 +129,16 @@ def fleet_name() -> str:
 
 
 @pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch, redis_url: str, fleet_name: str) -> None:
+    """The environment of an in-process CLI run on the test's fleet: the shared Redis, the
+    fleet's name, and no token variables of the machine's."""
+    for key in ("FLEETGATE_ADMIN_TOKEN", "FLEETGATE_VIEW_TOKEN", "FLEETGATE_TOKENS_FILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("FLEETGATE_REDIS_URL", redis_url)
+    monkeypatch.setenv("FLEETGATE_FLEET", fleet_name)
+
+
+@pytest.fixture
 def sync_redis(redis_url: str) -> Iterator[SyncRedis]:
     """A synchronous client of the shared server (str replies), for tests that are not async."""
     client = SyncRedis.from_url(redis_url, decode_responses=True)

@@ -26,14 +26,6 @@ from tests.procs import Processes
 
 
 @pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, redis_url: str, fleet_name: str) -> None:
-    for key in ("FLEETGATE_ADMIN_TOKEN", "FLEETGATE_VIEW_TOKEN", "FLEETGATE_TOKENS_FILE"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("FLEETGATE_REDIS_URL", redis_url)
-    monkeypatch.setenv("FLEETGATE_FLEET", fleet_name)
-
-
-@pytest.fixture
 def kit(env: None, redis_url: str, fleet_name: str) -> Iterator[ReplicaThread]:
     thread = ReplicaThread(redis_url, fleet_name, 3)
     with thread:

@@ -21,14 +21,6 @@ from tests.clikit import one_line, run
 from tests.fleetkit import ReplicaThread
 
 
-@pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, redis_url: str, fleet_name: str) -> None:
-    for key in ("FLEETGATE_ADMIN_TOKEN", "FLEETGATE_VIEW_TOKEN", "FLEETGATE_TOKENS_FILE"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("FLEETGATE_REDIS_URL", redis_url)
-    monkeypatch.setenv("FLEETGATE_FLEET", fleet_name)
-
-
 def ok(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     code, out, err = run(capsys, *argv)
     assert code == 0, err

@@ -29,14 +29,6 @@ from tests.fleetkit import ReplicaThread
 LATER = ("--at", "1h", "--for", "30m", "--auto-resume")
 
 
-@pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, redis_url: str, fleet_name: str) -> None:
-    for key in ("FLEETGATE_ADMIN_TOKEN", "FLEETGATE_VIEW_TOKEN", "FLEETGATE_TOKENS_FILE"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("FLEETGATE_REDIS_URL", redis_url)
-    monkeypatch.setenv("FLEETGATE_FLEET", fleet_name)
-
-
 def ok(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     code, out, err = run(capsys, *argv)
     assert code == 0, err

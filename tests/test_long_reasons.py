@@ -84,14 +84,6 @@ async def test_a_combined_reason_past_the_limit_is_cut_between_characters_to_the
     assert FleetState.from_json(state.to_json(), fleet_name).reason == state.reason
 
 
-@pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, redis_url: str, fleet_name: str) -> None:
-    for key in ("FLEETGATE_ADMIN_TOKEN", "FLEETGATE_VIEW_TOKEN", "FLEETGATE_TOKENS_FILE"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("FLEETGATE_REDIS_URL", redis_url)
-    monkeypatch.setenv("FLEETGATE_FLEET", fleet_name)
-
-
 @pytest.mark.usefixtures("env")
 def test_the_cli_pauses_shows_and_resumes_a_fleet_with_a_400_character_cjk_reason(
     capsys: pytest.CaptureFixture[str],

@@ -13,14 +13,6 @@ from tests.apikit import ADMIN, auth, client_for, make_settings
 from tests.clikit import run
 
 
-@pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, redis_url: str, fleet_name: str) -> None:
-    for key in ("FLEETGATE_ADMIN_TOKEN", "FLEETGATE_VIEW_TOKEN", "FLEETGATE_TOKENS_FILE"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("FLEETGATE_REDIS_URL", redis_url)
-    monkeypatch.setenv("FLEETGATE_FLEET", fleet_name)
-
-
 def _garble(redis_url: str, fleet: str) -> None:
     with syncredis.Redis.from_url(redis_url) as raw:
         raw.hset(Keys(fleet).state, "reason", b"\xff\xfe edited by hand")
