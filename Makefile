@@ -3,6 +3,10 @@
 # PATH (or python3 when it is new enough); scripts/find-python.sh says which is missing if none.
 PYTHON ?=
 SHELL  := /bin/bash
+# pytest-xdist workers for `make test`: each has its own Redis server and port range
+# (tests/conftest.py); a test file runs whole on one worker, so its module fixtures (a shared
+# Sentinel group or Cluster) start once. Most of the suite waits on servers, so 4 on 2 cores.
+TEST_WORKERS ?= 4
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -45,7 +49,7 @@ test: $(TSTAMP)
 	$(VENV)/bin/mypy
 	$(MAKE) chaos-ci
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(VENV)/site
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP)
 	$(PY) -m bench
