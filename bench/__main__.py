@@ -1,9 +1,11 @@
-"""`make bench`: run every benchmark, print a table, write JSON to bench/results/."""
+"""`make bench`: run every benchmark, print a table, write JSON to bench/results/ (or to
+``FLEETGATE_BENCH_RESULTS``)."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import platform
 import sys
 import time
@@ -35,7 +37,9 @@ def main(argv: list[str]) -> int:
             continue
         print(f"running {name} ...", file=sys.stderr, flush=True)
         rows.extend(module.run())
-    out = Path(__file__).parent / "results"
+    # FLEETGATE_BENCH_RESULTS: where the JSON goes (the suite's quick run writes to a directory
+    # of its own, never over a real run's bench/results/latest.json)
+    out = Path(os.environ.get("FLEETGATE_BENCH_RESULTS") or Path(__file__).parent / "results")
     out.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     payload = {"when": stamp, "python": platform.python_version(), "machine": platform.machine(), "rows": rows}

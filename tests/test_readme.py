@@ -12,6 +12,7 @@ runs it.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -157,21 +158,28 @@ def test_the_bench_section_shows_the_command_that_produced_its_table() -> None:
     assert any(c.startswith("make bench") for b in blocks for c in commands(b))
 
 
+BENCH_TIMEOUT_S = 480
+"""The quick `make bench` takes about a minute here with the suite's other workers beside it,
+and several on a machine loaded by a real benchmark: its own deadline is this, and pytest's is
+a minute longer, so the test fails by its own deadline (with the bench's output), never by
+pytest's timeout in the middle of it."""
+
+
 @pytest.mark.slow
-def test_make_bench_runs_in_its_quick_mode_and_writes_its_results() -> None:
-    results = ROOT / "bench" / "results" / "latest.json"
-    before = results.stat().st_mtime if results.exists() else 0.0
+@pytest.mark.timeout(BENCH_TIMEOUT_S + 60)
+def test_make_bench_runs_in_its_quick_mode_and_writes_its_results(tmp_path: Path) -> None:
+    results = tmp_path / "latest.json"
     done = subprocess.run(
         ["make", "bench"],
         cwd=ROOT,
-        env={**os.environ, "FLEETGATE_BENCH_QUICK": "1"},
+        env={**os.environ, "FLEETGATE_BENCH_QUICK": "1", "FLEETGATE_BENCH_RESULTS": str(tmp_path)},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=BENCH_TIMEOUT_S,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "| bench | case |" in done.stdout
-    assert results.stat().st_mtime > before
+    assert json.loads(results.read_text())["rows"]
 
 
 # ---------------------------------------------------------------------------- contract recipes
