@@ -43,13 +43,25 @@ URLS = """\
 | `redis+sentinel://[user:password@]host:port[,host:port...]/SERVICE[/DB]` | Sentinel: the master of SERVICE, found through the sentinels (again after a failover); `rediss+sentinel://` for TLS to both the sentinels and Redis. |
 | `redis+cluster://[user:password@]host:port[,host:port...]` | Redis Cluster, the hosts its seeds; `rediss+cluster://` for TLS. A fleet lives in one slot: its connections follow that slot's primary. |
 
-The Sentinel and Cluster forms take the query parameters `sentinel_username` and
-`sentinel_password` (Sentinel only: the sentinels' own credentials), `socket_timeout` and
-`socket_connect_timeout` (seconds), with `rediss+` the TLS files and check (`ssl_ca_certs`,
-`ssl_certfile`, `ssl_keyfile`, `ssl_cert_reqs`), and no others:
+Every form's query parameters are checked before anything connects. Every form takes
+`socket_timeout` and `socket_connect_timeout` (seconds); every TLS form (`rediss://`,
+`rediss+sentinel://`, `rediss+cluster://`) takes the same TLS parameters: `ssl_ca_certs`,
+`ssl_certfile`, `ssl_keyfile` (files, read at start: a missing or unreadable one is named with
+its path), `ssl_cert_reqs` (`none`, `optional`, `required`) and `ssl_check_hostname`
+(`true`/`false`: `false` keeps the CA check, e.g. for sentinels that announce IP addresses while
+the certificates name DNS hosts). `redis://`, `rediss://` and `unix://` also take `db`,
+`username`, `password`, `client_name`, `protocol` (2 or 3), `socket_keepalive`,
+`retry_on_timeout`, `health_check_interval` and `max_connections`; Sentinel takes
+`sentinel_username` and `sentinel_password` (the sentinels' own credentials). Anything else, a
+parameter given twice or a value of the wrong type stops the process with one line (exit 2),
+with the nearest name for a typo (`has a query parameter 'socket_timout' it does not take (did
+you mean socket_timeout?)`):
 `redis+sentinel://replica:pw@sentinel-0:26379,sentinel-1:26379/mymaster/0?sentinel_password=spw`.
-Percent-encode a password's `@`, `/`, `?` and `#`. A malformed URL stops the process with one
-line naming what is wrong, and every URL printed or logged shows its passwords as `***`."""
+Percent-encode a password's `@`, `/`, `?`, `#` and `&` (`&` alone separates parameters; `;` is
+an ordinary character). Every URL printed or logged shows its passwords as `***`. When the
+server's answer makes the mistake clear (a password it requires, TLS on one side only, a
+Sentinel named as a server, a service no sentinel knows, a server without Lua), the line says
+what to change: see [Behaviour under faults](faults.md)."""
 
 REPLICA = """\
 ## Replica (`fleetgate-replica`)
