@@ -70,6 +70,16 @@ def test_the_demo_exits_one_with_one_line_when_redis_cannot_be_reached(
     assert "s3cret" not in done.stderr + done.stdout and "demo:***@" in done.stderr
 
 
+def test_the_demo_refuses_a_url_that_can_never_work_with_one_line_and_exit_2(
+    processes: Processes, redis_url: str
+) -> None:
+    done = _run_demo(processes, {"FLEETGATE_REDIS_URL": redis_url + "?socket_timout=1"},
+                     timeout=60)
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "did you mean socket_timeout?" in lines[0], done.stderr
+
+
 def test_demo_serve_keeps_the_dashboard_up_until_ctrl_c_then_stops_every_process(
     redis_url: str, processes: Processes
 ) -> None:

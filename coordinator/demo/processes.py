@@ -33,7 +33,7 @@ from coordinator.demo.localredis import LocalRedis, free_port
 from coordinator.fleet.registry import forget
 from replica.contract import Keys
 from replica.contract.keys import FLEETS_KEY
-from replica.contract.urls import redact_url
+from replica.contract.urls import check_redis_url, redact_url
 from replica.control.connect import connect
 
 
@@ -106,6 +106,7 @@ class DemoProcesses:
     def start_redis(self) -> None:
         url = os.environ.get("FLEETGATE_REDIS_URL")
         if url:
+            check_redis_url(url)  # a URL that can never work: ContractError, exit 2
             try:
                 _ping(url)
             except (redis.RedisError, ValueError) as exc:

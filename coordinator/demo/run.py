@@ -47,6 +47,7 @@ from coordinator.demo.processes import (
 from coordinator.fleet.fleet import Fleet
 from replica.contract import FleetState, Keys, parse_time
 from replica.control.connect import connect
+from replica.errors import ContractError
 from replica.service.shutdown import Interrupted, Shutdown, conventional_status
 
 ITEMS = 600
@@ -314,6 +315,9 @@ def main(serve: bool = False, json_out: bool = False) -> int:
         return exc.status
     except KeyboardInterrupt:
         return 130
+    except ContractError as exc:  # FLEETGATE_REDIS_URL cannot work as written
+        print(f"fleetgate demo: FLEETGATE_REDIS_URL: {exc}", file=sys.stderr)
+        return 2
     except (RuntimeError, TimeoutError, OSError, redis.RedisError) as exc:
         print(f"fleetgate demo: {exc} (logs in {demo.logdir})", file=sys.stderr)
         return 1
