@@ -18,10 +18,10 @@ they matter:
   the applied one, and the next poll applies that. A replica that may not run the restore (the
   replica ACL) applies the older pause itself (safety first).
 * A hold's ``starts_at`` and ``auto_resume_at`` (and a legacy pause's ``auto_resume_at``) are
-  honoured on the replica's own clock, with no new version: the sync loop wakes at
-  ``next_due()`` and ``resume_due()`` re-evaluates the applied state. When the last hold goes,
-  a staggered resume waits an offset derived from the replica id, spread evenly over the
-  window once the peer list is read.
+  honoured on the replica's own clock, with no new version, and when the last hold goes a
+  staggered resume waits an offset derived from the replica id: the applier's
+  ``HoldSchedule`` (``replica.control.schedule``) does that, for the state applied here
+  (``next_due()``, ``resume_due()`` and ``on_peers()`` pass the applied state to it).
 * Invalid control messages are ignored, logged once per kind and counted.
 
 Everything here runs synchronously (a push straight from the transport): what has to go to
@@ -33,22 +33,20 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from replica.contract import (
     ACK_APPLIED,
     ACK_QUIET,
-    ACK_RESUMED,
     FleetState,
     clock,
-    now_utc,
-    stagger_offset,
 )
 from replica.control.faults import ControlHold
-from replica.control.fleetholds import FleetHolds, condition, hold_names, pause_end
+from replica.control.fleetholds import FleetHolds, condition
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
+from replica.control.schedule import HoldSchedule
 from replica.errors import InvalidMessage
 from replica.pool.pool import PausablePool
 
@@ -108,8 +106,9 @@ class StateApplier:
         """The pool holds that stand for the fleet's active holds."""
         self.control = ControlHold(pool)
         """The pool's ``control-plane`` hold (syncing, control loss, a fault)."""
+        self.schedule = HoldSchedule(pool, self.holds, outbox, fleet, replica_id)
+        """When the applied state starts or ends a hold, or resumes, by the clock."""
         self.listeners: list[StateListener] = []
-        self._applying = False
 
         self.applied: FleetState | None = None
         self.apply_seq = 0
@@ -117,14 +116,6 @@ class StateApplier:
         move since the poll was sent means Redis lost writes."""
         self.synced = False
         """A state was applied at least once (the syncing hold is off)."""
-        self.resume_at: datetime | None = None
-        """When a pending staggered or automatic resume is due, or None."""
-        self._resume_from: datetime | None = None
-        """The start of that resume's stagger window."""
-        self.transition_at: datetime | None = None
-        """When the applied state next changes by itself (a hold starts or ends), or None."""
-        self.pending_stagger: FleetState | None = None
-        """A staggered resume waiting for the peer list (the sync loop reads it)."""
         self.restore_refused = False
         """The restore script was refused (the replica ACL): an older pause then applies."""
         self.unreadable: InvalidMessage | None = None
@@ -148,6 +139,21 @@ class StateApplier:
     def fleet_held(self) -> bool:
         """The pool is held by the fleet (sources ``fleet`` and ``fleet:NAME``)."""
         return self.holds.held
+
+    @property
+    def resume_at(self) -> datetime | None:
+        """When a pending staggered or automatic resume is due, or None."""
+        return self.schedule.resume_at
+
+    @property
+    def transition_at(self) -> datetime | None:
+        """When the applied state next changes by itself (a hold starts or ends), or None."""
+        return self.schedule.transition_at
+
+    @property
+    def pending_stagger(self) -> FleetState | None:
+        """A staggered resume waiting for the peer list (the sync loop reads it)."""
+        return self.schedule.pending_stagger
 
     # ------------------------------------------------------------------ inputs
 
@@ -181,34 +187,15 @@ class StateApplier:
             return
         self.consider(state, "poll", poll_seq)
 
-    def on_peers(self, peers: list[str] | None) -> None:
-        """The live replicas of the fleet (None: the read failed) for a pending stagger."""
-        state = self.pending_stagger
-        if state is None or state is not self.applied:
-            return
-        self.pending_stagger = None
-        if peers is not None and self._replica_id not in peers:
-            peers.append(self._replica_id)
-        now = now_utc()
-        start = self._resume_from or now
-        offset = stagger_offset(self._replica_id, state.resume_stagger_s, peers)
-        if self.fleet_held:
-            log.info("fleet %s replica %s: staggered resume, %.1f s into a %.0f s window "
-                     "(%s)", self._fleet, self._replica_id, offset, state.resume_stagger_s,
-                     f"{len(peers)} replicas" if peers is not None else "offset from the id")
-            self._set_resume_at(start, offset, now)
-            if not self.fleet_held:
-                self._outbox.acks.add(ACK_RESUMED)
-
     def on_pool_event(self, event: str) -> None:
         """A pool listener: the record changes with the pool; quiet under a pause is acked."""
         if event == "quiet" and self.fleet_held:
-            if self.holds.quiet_at is None or not self._applying:
+            if self.holds.quiet_at is None or not self.schedule.applying:
                 self.holds.set_quiet_at(*clock())
             self._outbox.acks.add(ACK_QUIET)
         outbox = self._outbox
         outbox.record_dirty = True
-        if not self._applying:
+        if not self.schedule.applying:
             outbox.kick()
 
     def _count_invalid(self, exc: InvalidMessage) -> None:
@@ -277,11 +264,11 @@ class StateApplier:
         self._outbox.wake.set()
 
     def _apply(self, state: FleetState, source: str) -> None:
-        self._applying = True
+        self.schedule.applying = True
         try:
             self._apply_state(state, source)
         finally:
-            self._applying = False
+            self.schedule.applying = False
         self._outbox.kick()
 
     def _apply_state(self, state: FleetState, source: str) -> None:
@@ -298,7 +285,7 @@ class StateApplier:
             propagation = max(0.0, (now - changed).total_seconds())
             self.propagation = propagation
         pool = self._pool
-        self._follow(state, now, now_text, applied=True)
+        self.schedule.follow(state, now, now_text, applied=True)
         if self.synced is False:
             self.synced = True
             self.control.syncing = False
@@ -310,7 +297,8 @@ class StateApplier:
             log.info(
                 "fleet %s replica %s: applied v%d from %s: %s: %d in flight, %d queued%s",
                 self._fleet, self._replica_id, state.version, source,
-                condition(state, now, self.holds.holds, self.resume_at), pool.in_flight, pool.queued,
+                condition(state, now, self.holds.holds, self.resume_at), pool.in_flight,
+                pool.queued,
                 "" if propagation is None else f", {propagation * 1000:.0f} ms after the change",
             )
         for listener in list(self.listeners):
@@ -319,108 +307,24 @@ class StateApplier:
             except Exception:
                 log.exception("fleet %s: a state listener failed", self._fleet)
 
-    def _follow(self, state: FleetState, now: datetime, now_text: str, applied: bool) -> None:
-        """Make the fleet's pool holds what ``state`` says at ``now`` (``applied``: it was just
-        applied; else the clock moved on), and plan the next wake."""
-        self.transition_at = state.next_transition(now)
-        if state.effectively_paused(now):
-            if self.holds.follow(state.active_holds(now), now, now_text) and not applied \
-                    and self._pool.in_flight == 0:
-                self._outbox.acks.add(ACK_QUIET)  # a window started: quiet, as for a pause
-            end = pause_end(state, now)
-            if end is None:
-                self.resume_at = self._resume_from = self.pending_stagger = None
-            elif applied or end != self._resume_from or self.resume_at is None:
-                self._schedule_resume(state, end, now)
-        elif self.fleet_held:
-            if applied or self.resume_at is None:
-                self._schedule_resume(state, state.resume_start(now) or now, now)
-        else:
-            self.resume_at = self._resume_from = self.pending_stagger = None
+    # ------------------------------------------------------------------ the clock
 
-    # ------------------------------------------------------------------ resumes
-
-    def _schedule_resume(self, state: FleetState, start: datetime, now: datetime) -> None:
-        """Resume at ``start`` plus this replica's stagger offset (now if that is past)."""
-        self._resume_from = start
-        window = state.resume_stagger_s
-        if window > 0 and start + timedelta(seconds=window) > now:
-            # Spreading evenly needs the peer list: the sync loop reads it and calls
-            # on_peers; until then, wait for the end of the window (never too early).
-            self.pending_stagger = state
-            self._set_resume_at(start, window, now)
-            self._outbox.wake.set()
-            return
-        self.pending_stagger = None
-        self._set_resume_at(start, 0.0, now)  # no stagger, or the window is already over
-
-    def _set_resume_at(self, start: datetime, offset: float, now: datetime) -> None:
-        due = start + timedelta(seconds=offset)
-        # a clock ahead of ours must not stretch the wait past the offset itself
-        due = min(due, now + timedelta(seconds=offset)) if start <= now else due
-        if due <= now:
-            self.resume_at = None
-            self._release(now)
-        else:
-            self.resume_at = due
-            self._outbox.wake.set()
-
-    def _release(self, now: datetime) -> None:
-        if not self.fleet_held:
-            return
-        self.resume_at = self._resume_from = None
-        self.holds.release_all()
-        self._outbox.record_dirty = True
+    def on_peers(self, peers: list[str] | None) -> None:
+        """The live replicas of the fleet (None: the read failed) for a pending stagger."""
+        self.schedule.on_peers(self.applied, peers)
 
     def resume_due(self) -> None:
         """Called by the sync loop at every wake: a hold of the applied state that starts or
-        ends now (no new version) changes the pool's holds, and a pending resume that is due
-        releases the fleet's holds."""
-        state = self.applied
-        now, now_text = clock()
-        if state is None:
-            return
-        was_held, before = self.fleet_held, self.holds.holds
-        if self.transition_at is not None and now >= self.transition_at:
-            self._applying = True
-            try:
-                self._follow(state, now, now_text, applied=False)
-            finally:
-                self._applying = False
-            if self.holds.holds != before:
-                log.info("fleet %s replica %s: a fleet hold started or ended by the clock "
-                         "(v%d): %s: %d in flight, %d queued", self._fleet, self._replica_id,
-                         state.version, condition(state, now, self.holds.holds, self.resume_at), self._pool.in_flight,
-                         self._pool.queued)
-        due = self.resume_at
-        if due is not None and now >= due:
-            self.resume_at = self.pending_stagger = None
-            if not state.effectively_paused(now):
-                log.info("fleet %s replica %s: resuming at v%d (%s %s): %d queued",
-                         self._fleet, self._replica_id, state.version,
-                         hold_names(self.holds.holds), "released or ended", self._pool.queued)
-                self._release(now)
-        if was_held and not self.fleet_held:
-            self._outbox.acks.add(ACK_RESUMED)
-        if self.holds.holds != before:
-            self._outbox.record_dirty = True
-            self._outbox.kick()
-
-    # ------------------------------------------------------------------ timers
+        ends now changes the pool's holds, and a pending resume that is due releases them."""
+        self.schedule.resume_due(self.applied)
 
     def next_due(self, now: float) -> float | None:
-        """When (monotonic time, from ``now``) a hold of the applied state starts or ends, a
-        pending resume falls due or a pause runs over ``pause_timeout``: the sync loop wakes
-        then. None when none is pending."""
-        wall = now_utc()
-        wakes = [now + max(0.0, (at - wall).total_seconds())
-                 for at in (self.resume_at, self.transition_at) if at is not None]
-        overdue = self.holds.overdue_at()
-        return min([*wakes, overdue] if overdue is not None else wakes, default=None)
+        """When (monotonic time, from ``now``) the sync loop wakes for the clock, or None."""
+        return self.schedule.next_due(now)
 
     def check_overdue(self) -> None:
         """Log, once per pause, items still in flight ``pause_timeout`` after it."""
-        self.holds.check_overdue(self._fleet, self._replica_id)
+        self.schedule.check_overdue()
 
 
 __all__ = ["StateApplier", "StateListener"]
