@@ -4,6 +4,11 @@ synthetic items, or a file of JSON lines.
 Only JSON goes in: ``NaN``, ``Infinity`` and numbers too large for a float (``1e999``) are not
 JSON, and a text nested too deep to parse is refused like any other bad line: exit 2, one line
 naming the line.
+
+On a primary with replicas, each batch of ``ENQUEUE_BATCH`` items is confirmed by
+``FLEETGATE_MIN_REPLICAS_ACK`` replicas (``WAIT``, as a pause is): a batch none confirmed in
+time ends the command with exit 4 and one line saying how many items are confirmed, written but
+unconfirmed (a failover could lose them) and not sent, for the producer to enqueue again.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from typing import Annotated, Any, Final, TextIO
 
 import typer
 
-from coordinator.cli.exits import usage
+from coordinator.cli.exits import EXIT_NOT_CONFIRMED, CliError, usage
 from coordinator.cli.options import FleetOption, Globals, JsonOption, UrlOption
 from coordinator.cli.output import emit_json, plain
 from coordinator.cli.runner import run_with_fleet
+from coordinator.fleet.durability import BatchNotConfirmed
 from coordinator.fleet.fleet import Fleet
 
 MAX_COUNT: Final = 1_000_000
@@ -108,21 +114,49 @@ def enqueue(
                 raise usage(f"cannot read {file}: {plain(str(exc))}") from None
     settings = g.settings(redis_url=redis_url, fleet=fleet)
 
+    unconfirmed: list[BatchNotConfirmed] = []
+
     async def put(fleet: Fleet) -> list[str]:
         ids: list[str] = []
         for start in range(0, len(payload), ENQUEUE_BATCH):
-            ids.extend(await fleet.enqueue(payload[start : start + ENQUEUE_BATCH]))
+            try:
+                ids.extend(await fleet.enqueue(payload[start : start + ENQUEUE_BATCH]))
+            except BatchNotConfirmed as exc:  # written, not confirmed: no more batches
+                unconfirmed.append(exc)
+                break
         return ids
 
     try:
         ids = run_with_fleet(settings, put) if payload else []
     except (TypeError, ValueError, RecursionError) as exc:  # an item JSON cannot encode
         raise usage(f"cannot enqueue: {plain(str(exc)) or type(exc).__name__}") from None
+    if unconfirmed:
+        raise _not_confirmed(settings.fleet, ids, unconfirmed[0], len(payload), json_out)
     if json_out:
         emit_json({"fleet": settings.fleet, "count": len(ids), "ids": ids})
     else:
         first_last = f" ({ids[0]} .. {ids[-1]})" if ids else ""
         print(f"enqueued {len(ids)} items on fleet {settings.fleet}{first_last}")
+
+
+def _not_confirmed(
+    fleet: str, confirmed: list[str], exc: BatchNotConfirmed, total: int, json_out: bool
+) -> CliError:
+    """Exit 4: the batches before ``exc``'s are confirmed, ``exc``'s is written to the primary
+    only, the rest were not sent (the producer may enqueue all but the confirmed again)."""
+    unsent = total - len(confirmed) - len(exc.ids)
+    if json_out:
+        emit_json({"fleet": fleet, "count": len(confirmed), "ids": confirmed,
+                   "unconfirmed": exc.ids, "unsent": unsent})
+    counted = f"{exc.acked} of {exc.wanted}" if exc.acked is not None else f"no answer ({exc.why})"
+    span = f" ({exc.ids[0]} .. {exc.ids[-1]})" if exc.ids else ""
+    return CliError(
+        f"fleet {fleet}: {len(confirmed)} items enqueued and confirmed; {len(exc.ids)} more"
+        f"{span} written to the Redis primary but not confirmed by a replica within "
+        f"{exc.timeout_s:g}s ({counted}), so a failover could lose them; {unsent} not sent: "
+        "enqueue the unconfirmed and the unsent again",
+        EXIT_NOT_CONFIRMED,
+    )
 
 
 __all__ = ["ENQUEUE_BATCH", "MAX_COUNT", "enqueue", "parse_json"]

@@ -16,6 +16,11 @@ connected:
 
 ``Durability(0)`` turns it off. The hook is ``ChangeScript``'s ``then``: whatever connection a
 client gives the script (a pool's, a cluster node's), the ``WAIT`` goes on that one.
+
+Work items are confirmed the same way (``write_confirmed``): ``Fleet.enqueue`` sends a batch of
+``XADD``s pipelined on one connection of the work stream's node, then ``WAIT`` on it; a batch no
+replica confirmed raises ``BatchNotConfirmed`` carrying the entry ids, so that a producer told
+"written" is never told so of a batch a failover can lose (it may enqueue it again).
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any, Final
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from replica.contract import FleetState, text
+from replica.control.connect import pool_for
 from replica.errors import ContractError, FleetgateError
 
 log = logging.getLogger(__name__)
@@ -40,7 +48,12 @@ READ_MARGIN_S: Final = 1.0
 """Past ``WAIT``'s own timeout, how long its answer may take to come back."""
 
 
-class NotConfirmed(FleetgateError):
+class Unconfirmed(FleetgateError):
+    """Written to the Redis primary, not confirmed by a replica in time (``WAIT``): a pause or
+    resume (``NotConfirmed``) or a batch of work items (``BatchNotConfirmed``)."""
+
+
+class NotConfirmed(Unconfirmed):
     """A pause or resume that is made on the Redis primary, and published, but that no replica
     confirmed within the timeout (``WAIT``): a failover now could lose it.
 
@@ -61,6 +74,30 @@ class NotConfirmed(FleetgateError):
             f"{'paused' if state.paused else 'running'}) was written to the Redis primary but "
             f"not confirmed by a replica within {timeout_s:g}s ({counted}): a failover now "
             "could lose it"
+        )
+
+
+class BatchNotConfirmed(Unconfirmed):
+    """A batch of work items (``Fleet.enqueue``) written to the Redis primary, which no replica
+    confirmed within the timeout: a failover now could lose it. ``ids`` are the entry ids the
+    primary gave; ``acked``, ``wanted``, ``timeout_s`` and ``why`` as ``NotConfirmed``'s."""
+
+    def __init__(
+        self, fleet: str, ids: list[str], acked: int | None, wanted: int, timeout_s: float,
+        why: str = "",
+    ) -> None:
+        self.fleet = fleet
+        self.ids = ids
+        self.acked = acked
+        self.wanted = wanted
+        self.timeout_s = timeout_s
+        self.why = why
+        counted = f"{acked} of {wanted}" if acked is not None else f"no answer ({why})"
+        span = f" ({ids[0]} .. {ids[-1]})" if ids else ""
+        super().__init__(
+            f"{len(ids)} items{span} were written to fleet {fleet}'s work stream on the Redis "
+            f"primary but not confirmed by a replica within {timeout_s:g}s ({counted}): a "
+            "failover now could lose them; enqueue them again if they must not be lost"
         )
 
 
@@ -155,6 +192,70 @@ class Confirmation:
         raise NotConfirmed(state, self.acked, self.rule.min_replicas_ack, self.rule.timeout_s,
                            self.why)
 
+    def check_batch(self, fleet: str, ids: list[str]) -> list[str]:
+        """``ids`` when confirmed; else raise ``BatchNotConfirmed`` carrying them."""
+        if self.confirmed:
+            return ids
+        log.warning("fleet %s: %d items written to the primary, but %s of %d replicas "
+                    "confirmed them within %gs", fleet, len(ids),
+                    "none" if self.acked is None else self.acked, self.rule.min_replicas_ack,
+                    self.rule.timeout_s)
+        raise BatchNotConfirmed(fleet, ids, self.acked, self.rule.min_replicas_ack,
+                                self.rule.timeout_s, self.why)
+
+
+async def write_confirmed(
+    redis: Any, key: str, commands: Sequence[tuple[Any, ...]], rule: Durability
+) -> tuple[list[Any], Confirmation | None]:
+    """Send ``commands`` (all on ``key``'s node) pipelined on one connection, read every reply,
+    then confirm them there (``WAIT``, as a change's). Returns the replies and the
+    confirmation (None when ``rule`` is off); ``confirmation.confirmed`` says what it found.
+
+    A reply that is an error is raised once every reply is read (nothing is confirmed then).
+    A connection that breaks before the commands go out is tried once more, afresh (nothing
+    was sent); one that breaks after raises redis-py's error as it is: some of the batch may
+    be written."""
+    pool = pool_for(redis, key)
+    for attempt in range(2):
+        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            try:
+                if not conn.is_connected:
+                    await conn.connect()
+                await conn.send_packed_command(conn.pack_commands(commands))
+            except (RedisConnectionError, OSError):
+                await conn.disconnect()
+                if attempt:
+                    raise
+                continue
+            replies, error = await _replies(conn, len(commands))
+            if error is not None:
+                raise error
+            confirm = rule.begin()
+            if confirm is not None:
+                await confirm(conn)
+            return replies, confirm
+        except BaseException:
+            await conn.disconnect()  # replies may be left unread on it
+            raise
+        finally:
+            await pool.release(conn)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _replies(conn: Any, count: int) -> tuple[list[Any], ResponseError | None]:
+    """``count`` replies of ``conn``; the first error reply is returned, not raised, so that
+    the connection is read to its end."""
+    replies: list[Any] = []
+    error: ResponseError | None = None
+    for _ in range(count):
+        try:
+            replies.append(await conn.read_response())
+        except ResponseError as exc:
+            error = error or exc
+            replies.append(exc)
+    return replies, error
+
 
 def _ms(seconds: float) -> int:
     """WAIT's timeout in milliseconds: at least 1 (0 would block for ever)."""
@@ -164,7 +265,10 @@ def _ms(seconds: float) -> int:
 __all__ = [
     "DEFAULT_MIN_REPLICAS_ACK",
     "DEFAULT_MIN_REPLICAS_TIMEOUT_S",
+    "BatchNotConfirmed",
     "Confirmation",
     "Durability",
     "NotConfirmed",
+    "Unconfirmed",
+    "write_confirmed",
 ]

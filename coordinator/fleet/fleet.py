@@ -32,7 +32,7 @@ from redis.exceptions import RedisError
 
 from coordinator.fleet.calls import again
 from coordinator.fleet.changes import Changes
-from coordinator.fleet.durability import Durability
+from coordinator.fleet.durability import Durability, write_confirmed
 from coordinator.fleet.listener import AckListener
 from coordinator.fleet.models import AuditEvent, FleetStatus, ReplicaInfo, WaitReport
 from coordinator.fleet.reads import Reads
@@ -216,17 +216,19 @@ class Fleet:
         return await self._reads.history(limit)
 
     async def enqueue(self, items: Iterable[Any]) -> list[str]:
-        """Append each item (as JSON, field ``item``) to the work stream, pipelined; returns
-        the entry ids."""
-        pipe = self._redis.pipeline(transaction=False)
-        count = 0
-        for item in items:
-            fields: dict[Any, Any] = {ITEM_FIELD: json.dumps(item)}
-            pipe.xadd(self._keys.work, fields)
-            count += 1
-        if not count:
+        """Append each item (as JSON, field ``item``) to the work stream, pipelined on one
+        connection; returns the entry ids. On a primary with replicas connected, the batch is
+        confirmed as a change is (``WAIT`` on that connection, ``min_replicas_ack`` within
+        ``min_replicas_timeout``): a batch no replica confirmed raises ``BatchNotConfirmed``
+        carrying its ids (written to the primary; a failover now could lose it)."""
+        work = self._keys.work
+        commands = [("XADD", work, "*", ITEM_FIELD, json.dumps(item)) for item in items]
+        if not commands:
             return []
-        return [text(x) for x in await uncancelled(pipe.execute())]
+        replies, confirm = await uncancelled(
+            write_confirmed(self._redis, work, commands, self._changes.durability))
+        ids = [text(x) for x in replies]
+        return ids if confirm is None else confirm.check_batch(self._name, ids)
 
     # ------------------------------------------------------------------ wait
 

@@ -1,0 +1,188 @@
+"""Work items survive the failover they meet, or the producer is told (issue 20 D.19).
+
+``Fleet.enqueue`` and ``fleetgate enqueue`` confirm a batch as a pause is confirmed: ``WAIT``
+for ``FLEETGATE_MIN_REPLICAS_ACK`` replicas on the connection the ``XADD``s went on. A batch no
+replica confirmed raises ``BatchNotConfirmed`` with its entry ids (the CLI: exit 4, one line);
+a standalone server with no replicas (``ROLE``) is never waited on.
+
+On a real Sentinel group (``tests.topology``): the Redis replica is frozen (SIGSTOP) and its
+replication link filled (``tests.failoverkit.starve_replicas``), so the batch stays in the
+primary's memory; the primary is then killed and the frozen node promoted: the batch the
+producer was told is unconfirmed is indeed gone, while a confirmed batch survives the same
+failover. Whether ``WAIT`` was sent is read from the server's ``INFO commandstats``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+
+import pytest
+from redis import Redis as SyncRedis
+from redis.asyncio import Redis
+
+from coordinator.demo.localredis import LocalRedis
+from coordinator.fleet.durability import BatchNotConfirmed, Unconfirmed
+from coordinator.fleet.fleet import Fleet
+from replica.contract import Keys
+from replica.control.connect import connect
+from tests.clikit import one_line, run
+from tests.failoverkit import starve_replicas
+from tests.replication import (
+    Replicated,
+    replicated_fixture,  # noqa: F401 (the replicated fixture)
+)
+from tests.topology import Node, SentinelGroup, sentinel_group_fixture  # noqa: F401 (the fixture)
+
+SHORT = 0.3
+"""The confirmation timeout of the tests that expect none to come."""
+
+
+def waits(url: str) -> int:
+    """WAIT calls the server at ``url`` has answered so far."""
+    with SyncRedis.from_url(url, decode_responses=True) as r:
+        stats = r.info("commandstats")
+    return int(stats.get("cmdstat_wait", {}).get("calls", 0))
+
+
+@pytest.fixture
+def short_timeout(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("FLEETGATE_MIN_REPLICAS_TIMEOUT", str(SHORT))
+    yield
+
+
+def entries_on(node: Node, key: str) -> list[str]:
+    """The entry ids of the stream ``key`` on ``node``."""
+    with node.client() as c:
+        return [entry_id for entry_id, _ in c.xrange(key)]
+
+
+def items(n: int, tag: str) -> list[dict[str, object]]:
+    return [{"id": f"{tag}-{i}", "n": i} for i in range(n)]
+
+
+# ---------------------------------------------------------------------------- Sentinel
+
+
+async def test_a_batch_the_frozen_replica_cannot_confirm_is_reported_and_is_what_the_failover_loses(
+    sentinel_group: SentinelGroup, fleet_name: str
+) -> None:
+    keys = Keys(fleet_name)
+    redis = connect(sentinel_group.url, decode_responses=True)
+    try:
+        fleet = Fleet(redis, fleet_name, min_replicas_timeout=SHORT)
+        kept = await fleet.enqueue(items(5, "kept"))  # confirmed: the replica is in sync
+        old = sentinel_group.master()
+        (frozen,) = sentinel_group.replica_nodes()
+        frozen.freeze()
+        await asyncio.to_thread(starve_replicas, old)
+        with pytest.raises(BatchNotConfirmed) as caught:
+            await fleet.enqueue(items(7, "lost"))
+        lost = caught.value.ids
+        assert len(lost) == 7 and caught.value.acked == 0
+        assert isinstance(caught.value, Unconfirmed)
+        assert "not confirmed by a replica" in str(caught.value)
+        # written to the primary all the same: the producer was told, not lied to
+        assert set(lost) <= set(entries_on(old, keys.work))
+        old.kill()
+        frozen.thaw()
+        new = await asyncio.to_thread(sentinel_group.wait_for_failover, old)
+    finally:
+        await redis.aclose()
+    on_new = entries_on(new, keys.work)
+    assert set(kept) <= set(on_new)  # what was confirmed survived the failover
+    assert not set(lost) & set(on_new)  # what was not is what it lost
+
+
+def test_fleetgate_enqueue_on_a_sentinel_group_with_a_frozen_replica_exits_4_with_one_line(
+    sentinel_group: SentinelGroup, fleet_name: str, capsys: pytest.CaptureFixture[str],
+    short_timeout: None,
+) -> None:
+    (frozen,) = sentinel_group.replica_nodes()
+    frozen.freeze()
+    try:
+        code, out, err = run(capsys, "enqueue", "--count", "3", "--redis-url",
+                             sentinel_group.url, "--fleet", fleet_name)
+    finally:
+        frozen.thaw()
+    assert code == 4
+    line = one_line(err)
+    assert "0 items enqueued and confirmed; 3 more" in line
+    assert "not confirmed by a replica" in line and "0 not sent" in line
+    assert out == ""
+    assert len(entries_on(sentinel_group.master(), Keys(fleet_name).work)) == 3
+
+
+# ---------------------------------------------------------------------------- a primary and its replica
+
+
+async def test_a_batch_the_replica_confirms_returns_its_ids_after_one_wait(
+    replicated: Replicated, fleet_name: str
+) -> None:
+    async with Redis.from_url(replicated.url, decode_responses=True) as redis:
+        ids = await Fleet(redis, fleet_name).enqueue(items(3, "ok"))
+    assert len(ids) == 3
+    assert waits(replicated.url) == 1
+
+
+def test_fleetgate_enqueue_stops_at_the_first_batch_no_replica_confirms(
+    replicated: Replicated, fleet_name: str, capsys: pytest.CaptureFixture[str],
+    short_timeout: None,
+) -> None:
+    replicated.freeze()
+    code, out, err = run(capsys, "enqueue", "--count", "2500", "--json", "--redis-url",
+                         replicated.url, "--fleet", fleet_name)
+    assert code == 4
+    assert "1000 more" in one_line(err) and "1500 not sent" in one_line(err)
+    report = json.loads(out)
+    assert (report["count"], len(report["unconfirmed"]), report["unsent"]) == (0, 1000, 1500)
+    with SyncRedis.from_url(replicated.url) as r:
+        assert r.xlen(Keys(fleet_name).work) == 1000
+
+
+async def test_min_replicas_ack_0_enqueues_without_a_wait(
+    replicated: Replicated, fleet_name: str
+) -> None:
+    replicated.freeze()
+    async with Redis.from_url(replicated.url, decode_responses=True) as redis:
+        ids = await Fleet(redis, fleet_name, min_replicas_ack=0).enqueue(items(2, "off"))
+    assert len(ids) == 2
+    assert waits(replicated.url) == 0
+
+
+# ---------------------------------------------------------------------------- standalone
+
+
+async def test_a_standalone_server_without_replicas_is_not_waited_on_for_a_batch(
+    private_redis: LocalRedis, fleet_name: str
+) -> None:
+    async with Redis.from_url(private_redis.url, decode_responses=True) as redis:
+        fleet = Fleet(redis, fleet_name)
+        first = await fleet.enqueue(items(3, "a"))
+        second = await fleet.enqueue(items(2, "b"))
+    assert len(first) == 3 and len(second) == 2
+    assert waits(private_redis.url) == 0
+
+
+def test_fleetgate_enqueue_on_a_standalone_server_exits_0_without_waiting(
+    private_redis: LocalRedis, fleet_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "enqueue", "--count", "3", "--redis-url", private_redis.url,
+                         "--fleet", fleet_name)
+    assert (code, err) == (0, "")
+    assert out.startswith("enqueued 3 items")
+    assert waits(private_redis.url) == 0
+
+
+async def test_an_error_reply_in_a_batch_is_raised_and_leaves_the_connection_clean(
+    private_redis: LocalRedis, fleet_name: str
+) -> None:
+    async with Redis.from_url(private_redis.url, decode_responses=True) as redis:
+        await redis.set(Keys(fleet_name).work, "not a stream")
+        fleet = Fleet(redis, fleet_name)
+        with pytest.raises(Exception, match="WRONGTYPE"):
+            await fleet.enqueue(items(3, "x"))
+        await redis.delete(Keys(fleet_name).work)
+        assert len(await fleet.enqueue(items(2, "y"))) == 2
+        assert await redis.ping()
