@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from coordinator.fleet.backlog import Backlog
 from replica.contract import (
     CONTROL_CONNECTED,
     R_APPLIED_AT,
@@ -203,6 +204,9 @@ class FleetStatus:
     unreadable: int = 0
     """Entries skipped because they cannot be read: members of the ``replicas`` set that are
     not replica ids (or whose score is not a number), record keys that are not hashes."""
+    backlog: Backlog | None = None
+    """The fleet's work stream (``coordinator.fleet.backlog``), when read with the status
+    (the snapshot cache, ``fleetgate status``, ``fleetgate fleets``); None: not read."""
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from coordinator.fleet.backlog import Backlog, figures_of
 from coordinator.fleet.models import FleetStatus, ReplicaInfo
 from coordinator.fleet.schedule import state_dict
 from replica.contract import CONTROL_CONNECTED, FleetState, format_time, now_utc
@@ -189,6 +190,8 @@ class RecordFigures:
     slowest_acks: list[tuple[str, float]]
     """``(id, seconds)`` of the slowest acknowledgements of the current version, slowest
     first (at most ``SLOWEST``)."""
+    backlog: Backlog | None = None
+    """The fleet's work stream as the snapshot read it (None: not read)."""
 
 
 def count(
@@ -241,7 +244,7 @@ def count(
         replicas=len(status.replicas), states=states, live=live, unacknowledged=behind,
         in_flight=in_flight, queued=queued, unreadable=status.unreadable, reasons=reasons,
         attention=attention, attention_total=problems,
-        slowest_acks=[(rid, lag) for lag, rid in slowest],
+        slowest_acks=[(rid, lag) for lag, rid in slowest], backlog=status.backlog,
     )
 
 
@@ -293,6 +296,7 @@ class FleetSummary:
             "source_stopped": f.reasons[WHY_SOURCE_STOPPED],
             "slowest_acks": [{"id": rid, "ack_s": _round(s)} for rid, s in f.slowest_acks],
             "read_at": format_time(self.read_at) or None,
+            **figures_of(f.backlog, now),
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -6,7 +6,8 @@ The shape (``fleets --json``)::
     {"fleets": [{"fleet": "orders", "paused": true, "reason": "db failover", "by": "alice",
                  "since": "...", "version": 4, "holds": {...} | absent, "replicas": 4,
                  "live": 3, "stale": 1, "unacknowledged": 0, "unreadable": 0,
-                 "pause_age_s": 252.1, "overdue": false, "last_activity": "..."}, ...],
+                 "pause_age_s": 252.1, "overdue": false, "backlog": 120, "pending": 8,
+                 "dead_letters": 0, "oldest_waiting_s": 250.3, "last_activity": "..."}, ...],
      "truncated": false, "unreadable": 0, "errors": 0, "now": "..."}
 
 A fleet that cannot be read (a key of the wrong type, a state hash edited into garbage: see
@@ -19,7 +20,9 @@ Paused fleets first (overdue ones before the others), then by name. ``holds`` is
 ``holds`` object when the state carries holds, each hold with its ``status`` (scheduled,
 active or ended) as in ``state.holds`` of ``status --json``; ``reason`` is empty for a running
 fleet. The figures are those of the fleet's ``status`` summary
-(``coordinator.render.status.summary``).
+(``coordinator.render.status.summary``); ``backlog``, ``pending``, ``dead_letters`` and
+``oldest_waiting_s`` are its work stream's (``coordinator.fleet.backlog``: null when unknown,
+"?" in the table).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator.durations import format_age
+from coordinator.fleet.backlog import NUMBERS
 from coordinator.fleet.models import FleetStatus
 from coordinator.fleet.overview import FleetError, Overview
 from coordinator.render.holds import holds_dict
@@ -46,7 +50,8 @@ def fleet_row(
     status: FleetStatus, now: datetime, max_pause: float, activity_ms: float | None = None
 ) -> dict[str, Any]:
     """One fleet (``row``) from its status, its figures counted here."""
-    s = summary(status.state, status.replicas, now, max_pause, status.unreadable)
+    s = summary(status.state, status.replicas, now, max_pause, status.unreadable,
+                backlog=status.backlog)
     return row(status.state, s, now, activity_ms)
 
 
@@ -66,7 +71,7 @@ def row(
         "since": format_time(state.since) or None,
         "version": state.version,
         **{k: counts[k] for k in ("replicas", "live", "stale", "unacknowledged", "unreadable",
-                                  "pause_age_s", "overdue")},
+                                  "pause_age_s", "overdue", *NUMBERS)},
         "last_activity": None if activity_ms is None else format_time(
             datetime.fromtimestamp(activity_ms / 1000, tz=UTC)),
     }
@@ -120,18 +125,23 @@ def active_hold_names(state: FleetState, now: datetime) -> list[str]:
     return names
 
 
+def _number(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
 def overview_renderable(overview: Overview, max_pause: float) -> RenderableType:
     """``fleetgate fleets``: one line per fleet, paused ones first."""
     data = overview_dict(overview, max_pause)
     by_name = {st.state.fleet: st.state for st in overview.statuses}
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for name in ("fleet", "state", "holds", "live", "stale", "unacked", "paused for", "overdue",
-                 "reason"):
-        table.add_column(name, justify="right" if name in ("live", "stale", "unacked") else "left")
+    numbers = ("live", "stale", "unacked", "backlog", "pending", "dead")
+    for name in ("fleet", "state", "holds", "live", "stale", "unacked", "backlog", "pending",
+                 "dead", "paused for", "overdue", "reason"):
+        table.add_column(name, justify="right" if name in numbers else "left")
     for row in data["fleets"]:
         if "error" in row:
             table.add_row(cell(row["fleet"]), cell("UNREADABLE", style="bold red"),
-                          *(cell("-") for _ in range(6)), cell(row["error"], style="red"))
+                          *(cell("-") for _ in range(9)), cell(row["error"], style="red"))
             continue
         state = by_name[row["fleet"]]
         age = row["pause_age_s"]
@@ -144,6 +154,9 @@ def overview_renderable(overview: Overview, max_pause: float) -> RenderableType:
             cell(row["live"]),
             cell(row["stale"], style="red" if row["stale"] else ""),
             cell(row["unacknowledged"], style="yellow" if row["unacknowledged"] else ""),
+            cell(_number(row["backlog"]), style="yellow" if row["paused"] and row["backlog"] else ""),
+            cell(_number(row["pending"])),
+            cell(_number(row["dead_letters"]), style="red" if row["dead_letters"] else ""),
             cell(format_age(age) if row["paused"] and age is not None else "-"),
             cell("OVERDUE" if row["overdue"] else "-", style="bold red" if row["overdue"] else ""),
             cell(row["reason"] or "-"),

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from coordinator.durations import format_age
+from coordinator.fleet.backlog import Backlog
 from coordinator.fleet.models import FleetStatus, ReplicaInfo
 from coordinator.fleet.summary import (
     DEFAULT_MAX_PAUSE_S,
@@ -44,9 +45,12 @@ def summary(
     max_pause: float = DEFAULT_MAX_PAUSE_S,
     unreadable: int = 0,
     slow_ack_s: float = DEFAULT_SLOW_ACK_S,
+    backlog: Backlog | None = None,
 ) -> dict[str, Any]:
-    """The ``summary`` object of the status shape (``FleetSummary.counts()``)."""
-    status = FleetStatus(state=state, replicas=list(replicas), unreadable=unreadable)
+    """The ``summary`` object of the status shape (``FleetSummary.counts()``); the backlog's
+    figures are None when ``backlog`` is not given (not read)."""
+    status = FleetStatus(state=state, replicas=list(replicas), unreadable=unreadable,
+                         backlog=backlog)
     return summarize(status, now, max_pause, slow_ack_s=slow_ack_s).counts()
 
 
@@ -57,13 +61,14 @@ def status_dict(
     max_pause: float = DEFAULT_MAX_PAUSE_S,
     unreadable: int = 0,
     slow_ack_s: float = DEFAULT_SLOW_ACK_S,
+    backlog: Backlog | None = None,
 ) -> dict[str, Any]:
     """The status shape: ``status --json`` and ``GET /api/fleet``."""
     return {
         "fleet": state.fleet,
         "state": state_dict(state, now or now_utc()),
         "replicas": [r.to_dict() for r in replicas],
-        "summary": summary(state, replicas, now, max_pause, unreadable, slow_ack_s),
+        "summary": summary(state, replicas, now, max_pause, unreadable, slow_ack_s, backlog),
     }
 
 
@@ -75,7 +80,7 @@ def fleet_status_dict(
 ) -> dict[str, Any]:
     """``status_dict`` of ``Fleet.status()``."""
     return status_dict(status.state, status.replicas, now, max_pause, status.unreadable,
-                       slow_ack_s)
+                       slow_ack_s, status.backlog)
 
 
 def _time_and_age(dt: datetime | None, now: datetime) -> str:
@@ -124,12 +129,33 @@ def banner(
     )
     if s.get("paused_while_running"):
         line.append(f"; {s['paused_while_running']} paused while the fleet runs", style="yellow")
+    work = backlog_text(s)
+    if work:
+        line.append(f"\n{work}", style="yellow" if paused and s.get("backlog") else "")
     line.append(holds_text(state, now))
     if s.get("slowest_acks"):
         slowest = s["slowest_acks"][0]
         line.append(f"\nslowest acknowledgement of v{state.version}: {printable(slowest['id'])} "
                     f"{short_age(slowest['ack_s'])}")
     return line
+
+
+def backlog_text(counts: Mapping[str, Any]) -> str:
+    """One line of the work stream's figures (empty when the backlog was not read): entries
+    waiting (and how old the oldest is), pending, dead letters; "unknown" where Redis cannot
+    say."""
+    if all(counts.get(k) is None for k in ("backlog", "pending", "dead_letters")):
+        return ""
+
+    def number(key: str) -> str:
+        value = counts.get(key)
+        return "unknown" if value is None else str(value)
+
+    text = f"backlog {number('backlog')} waiting"
+    age = counts.get("oldest_waiting_s")
+    if counts.get("backlog") != 0:
+        text += f" (oldest {format_age(age)})" if age is not None else " (oldest unknown)"
+    return f"{text}, {number('pending')} pending, {number('dead_letters')} dead letters"
 
 
 def replica_table(
@@ -248,7 +274,7 @@ def summary_renderable(
 
 
 __all__ = [
-    "DEFAULT_MAX_PAUSE_S", "REPLICA_STATES", "STATUS_ROWS", "ack_lag_s", "banner",
+    "DEFAULT_MAX_PAUSE_S", "REPLICA_STATES", "STATUS_ROWS", "ack_lag_s", "backlog_text", "banner",
     "fleet_status_dict", "fleet_status_renderable", "is_overdue", "pause_age_s", "replica_state",
     "replica_table", "status_dict", "status_renderable", "summary", "summary_renderable",
     "summary_rows", "unacknowledged", "unreadable_line"

@@ -4,6 +4,8 @@
     GET  /api/fleets/{name}              view   the summary shape (404: never seen);
                                                 ?replicas=all&limit=&cursor= pages every record
     GET  /api/fleets/{name}/history      view   as GET /api/fleet/history (404: never seen)
+    GET  /api/fleets/{name}/scaling      view   the schedulable backlog, for autoscalers (KEDA's
+                                                metrics-api scaler; coordinator.web.fleetview)
     POST /api/fleets/{name}/pause        admin  as POST /api/fleet/pause (any valid name)
     POST /api/fleets/{name}/resume       admin  as POST /api/fleet/resume (404: never seen)
     GET  /api/fleet, /api/fleet/history, POST /api/fleet/pause, /api/fleet/resume
@@ -40,7 +42,13 @@ from coordinator.web.deps import (
     require_known,
     snapshots_of,
 )
-from coordinator.web.fleetview import fleet_view, listed_fleets, overview, status_view
+from coordinator.web.fleetview import (
+    fleet_view,
+    listed_fleets,
+    overview,
+    scaling_view,
+    status_view,
+)
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +151,15 @@ def install(app: FastAPI, settings: CoordinatorSettings) -> None:
     async def get_named_history(access: NamedView, limit: HistoryLimit = 50) -> dict[str, Any]:
         """As ``GET /api/fleet/history``, for the fleet ``name``."""
         return await history(access, limit)
+
+    @app.get("/api/fleets/{name}/scaling", tags=["fleets"])
+    async def get_named_scaling(access: NamedView, request: Request) -> dict[str, Any]:
+        """What an autoscaler should scale the fleet ``name`` on (404 if it was never seen):
+        ``schedulable_backlog``, its backlog while it runs and 0 while any hold is active,
+        with ``paused``, the active ``holds`` and the raw ``backlog`` beside it. KEDA's
+        ``metrics-api`` trigger reads it with ``valueLocation: schedulable_backlog`` and a view
+        token (``authMode: bearer``)."""
+        return await scaling_view(snapshots_of(request), access.fleet)
 
     @app.post("/api/fleets/{name}/pause", tags=["fleets"], responses=_PAUSE_ANSWERS)
     async def pause_named(

@@ -13,6 +13,19 @@ change or a replica joining or leaving).
   the fleets read a few at once (``coordinator.fleet.overview.read_isolated``): a fleet that
   cannot be read is a row ``{"fleet", "error", "last_activity", "read_at": null}`` of its own
   (first), counted in ``errors``, and the others answer as usual.
+* ``scaling_view``: the body of ``GET /api/fleets/{name}/scaling``, for autoscalers (KEDA's
+  ``metrics-api`` scaler, ``valueLocation: schedulable_backlog``)::
+
+      {"fleet": "orders", "schedulable_backlog": 0, "backlog": 1200, "pending": 8,
+       "paused": true, "holds": [{"name": "db", "reason": "...", "by": "...", ...}],
+       "oldest_waiting_s": 310.5, "read_at": "...", "now": "..."}
+
+  ``schedulable_backlog`` is the backlog while the fleet runs and ``0`` while any hold is
+  active: an autoscaler that scales on it never adds replicas to a paused fleet. ``paused`` and
+  ``holds`` are read at every request (a pause is seen at once, ``Snapshots``' fingerprint); the
+  backlog is at most ``FLEETGATE_REFRESH_INTERVAL`` old. ``schedulable_backlog`` is null when
+  the fleet runs and Redis cannot say its backlog (``coordinator.fleet.backlog``): KEDA then
+  fails the metric and applies the ScaledObject's ``fallback``, never a wrong number.
 * ``listed_fleets``: the fleets of the registry (``coordinator.fleet.registry``: the fleets a
   coordinator changed first, then those replicas announced, newest activity first), at most
   ``MAX_LISTED``.
@@ -28,6 +41,7 @@ from typing import Any, Final
 from fastapi import Request
 from redis.asyncio import Redis
 
+from coordinator.fleet.backlog import figures_of
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.overview import FLEET_READS, FleetError, read_isolated
 from coordinator.fleet.registry import read_registry
@@ -45,6 +59,28 @@ MAX_LISTED: Final = 1000
 async def status_view(snapshots: Snapshots, fleet: Fleet, max_pause: float) -> dict[str, Any]:
     """The body of ``GET /api/fleet``: the state, every replica and the summary."""
     return fleet_status_dict(await snapshots.status(fleet), max_pause=max_pause)
+
+
+async def scaling_view(snapshots: Snapshots, fleet: Fleet) -> dict[str, Any]:
+    """The body of ``GET /api/fleets/{name}/scaling`` (see the module's doc)."""
+    snap = await snapshots.snap(fleet)
+    now = now_utc()
+    state = snap.status.state
+    holds = state.active_holds(now)
+    paused = state.effectively_paused(now)
+    figures = figures_of(snap.status.backlog, now)
+    backlog = figures["backlog"]
+    return {
+        "fleet": fleet.name,
+        "schedulable_backlog": 0 if paused else backlog,
+        "backlog": backlog,
+        "pending": figures["pending"],
+        "paused": paused,
+        "holds": [{"name": h.name, **h.to_dict()} for h in holds],
+        "oldest_waiting_s": figures["oldest_waiting_s"],
+        "read_at": format_time(snap.read_at),
+        "now": format_time(now),
+    }
 
 
 async def fleet_view(
@@ -111,6 +147,6 @@ async def overview(
 
 
 __all__ = [
-    "MAX_LISTED", "Listed", "fleet_row", "fleet_view", "listed_fleets", "overview",
+    "MAX_LISTED", "Listed", "fleet_row", "fleet_view", "listed_fleets", "overview", "scaling_view",
     "sort_rows", "status_view",
 ]

@@ -14,6 +14,16 @@ Metrics (every fleet of the registry ``fleetgate:fleets`` and the default one, a
     fleetgate_fleet_queued{fleet}               items queued on live replicas
     fleetgate_fleet_replicas_unreadable{fleet}  entries of the replicas set (or their records)
                                                 that cannot be read: skipped by every reader
+    fleetgate_fleet_backlog{fleet}              entries of the work stream not yet delivered to the
+                                                group (XINFO GROUPS lag; absent when Redis
+                                                cannot say: after some XDELs and trims, or
+                                                before Redis 7; 0 without a work stream)
+    fleetgate_fleet_pending{fleet}              entries delivered and not acknowledged yet
+    fleetgate_fleet_oldest_waiting_seconds{fleet}
+                                                age of the oldest entry not yet delivered (0
+                                                when nothing waits; absent when unknown)
+    fleetgate_fleet_dead_letters{fleet}         length of the dead-letter stream
+                                                fleetgate:{NAME}:dead
     fleetgate_fleet_read_error{fleet}           1 when the fleet could not be read at this
                                                 scrape (a key of the wrong type, a state hash
                                                 edited into garbage): its other series are
@@ -148,6 +158,18 @@ class _Gauges:
             "fleetgate_fleet_replicas_unreadable",
             "Entries of the replicas set (or their records) that cannot be read, skipped",
         )
+        self.backlog = gauge(
+            "fleetgate_fleet_backlog",
+            "Entries of the work stream not yet delivered to the group (absent: unknown)",
+        )
+        self.pending = gauge(
+            "fleetgate_fleet_pending", "Entries of the work stream delivered, not acknowledged"
+        )
+        self.oldest = gauge(
+            "fleetgate_fleet_oldest_waiting_seconds",
+            "Age of the oldest entry not yet delivered (0: none waits; absent: unknown)",
+        )
+        self.dead = gauge("fleetgate_fleet_dead_letters", "Length of the dead-letter stream")
         self.read_error = gauge(
             "fleetgate_fleet_read_error",
             "1 when the fleet could not be read (its other series are absent), else 0",
@@ -168,6 +190,10 @@ class _Gauges:
         self.queued.labels(name).set(s["queued"])
         self.unreadable.labels(name).set(s["unreadable"])
         self.read_error.labels(name).set(0)
+        for gauge, key in ((self.backlog, "backlog"), (self.pending, "pending"),
+                           (self.oldest, "oldest_waiting_s"), (self.dead, "dead_letters")):
+            if s[key] is not None:  # unknown: no series, never a wrong number
+                gauge.labels(name).set(s[key])
 
 
 class _WatcherCollector:
