@@ -1,12 +1,15 @@
-"""SyncLoop: a controller's one loop of round trips to Redis.
+"""SyncLoop: a controller's one loop of round trips to Redis, its timing and its backoff.
 
 Every ``poll_interval`` it reads the state hash (the certainty: whatever came over the channel,
 the hash is applied); in the same round trip it writes the replica record when it changed or a
 heartbeat falls due before the next poll (so a steady-state replica costs Redis about
 ``1/poll_interval + 3/heartbeat_interval`` commands a second), reads the peer list for a
-staggered resume, and publishes the acknowledgements the fast path could not send. The first
-period after start is cut short by a random part, so replicas started together do not poll in
-step for good.
+staggered resume, and publishes the acknowledgements the fast path could not send. This loop
+says when and what; the ``RoundTrip`` (``replica.control.roundtrip``) builds the commands and
+reads the replies. The first period after start is cut short by a random part, so replicas
+started together do not poll in step for good. The loop also wakes for the applier's clock
+(``next_due()``: holds that start or end, resumes due) and owns the connection state
+(``connected``, and ``ready``/``failed`` for ``start()``).
 
 Losing Redis is fail-static: the applied state stays, ``connected`` turns false (the record's
 ``control`` field reads ``disconnected``), and the loop retries with jittered backoff, at most
@@ -34,18 +37,10 @@ import logging
 import random
 import time
 from datetime import datetime
-from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
-from replica.contract import (
-    STALE_HEARTBEATS,
-    Keys,
-    clock,
-    now_utc,
-    text,
-)
+from replica.contract import Keys
 from replica.control.applier import StateApplier
 from replica.control.channel import ControlChannel
 from replica.control.faults import ControlFaults
@@ -53,10 +48,10 @@ from replica.control.loss import ControlLoss
 from replica.control.options import ControllerSettings
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
-from replica.control.redisio import NET_ERRORS, Backoff, Link, as_mapping, uncancelled
+from replica.control.redisio import NET_ERRORS, Backoff, Link, uncancelled
 from replica.control.registration import REGISTER_TIMEOUT_S, register
 from replica.control.restorer import Restorer
-from replica.errors import InvalidMessage
+from replica.control.roundtrip import RoundTrip
 
 log = logging.getLogger(__name__)
 
@@ -93,14 +88,11 @@ class SyncLoop:
         self._record = record
         self._outbox = outbox
         self._applier = applier
-        self._loss = loss
-        self._keys = keys
         self._fleet = keys.fleet
         self._replica_id = replica_id
         self._redis = redis
         """The client, for the registry of fleets on a cluster (see ``_register``)."""
         self._faults = faults
-        self._apply_failed = False
         self._timers_retry_at: float | None = None
 
         self.ready = asyncio.Event()
@@ -109,16 +101,27 @@ class SyncLoop:
         self._connected = False
         self._ever_connected = False
         self._link_ok = False
-        self._poll_now = True
-
-        # counters
-        self.polls = 0
-        self.poll_failures = 0
-        self.last_poll_at: datetime | None = None
+        self._trip = RoundTrip(settings, link, channel, record, outbox, applier, loss, keys,
+                               replica_id, faults=faults, on_polled=self._polled)
         self._restorer = Restorer(link, outbox, applier, record, keys, replica_id,
                                   io_timeout=self._io_timeout)
-        self.write_failures = 0
-        self._write_logged = False
+
+        # counters
+        self.poll_failures = 0
+
+    @property
+    def polls(self) -> int:
+        """Polls that read the state key."""
+        return self._trip.polls
+
+    @property
+    def last_poll_at(self) -> datetime | None:
+        return self._trip.last_poll_at
+
+    @property
+    def write_failures(self) -> int:
+        """Record writes or acknowledgements Redis refused (an ACL, a read-only server)."""
+        return self._trip.write_failures
 
     @property
     def restores(self) -> int:
@@ -156,7 +159,7 @@ class SyncLoop:
     def on_subscribed(self, again: bool) -> None:
         """The channel's (re)subscription: what was published meanwhile is lost, so read the
         hash again."""
-        self._poll_now = True
+        self._trip.poll_now = True
         self._outbox.wake.set()
 
     def on_channel_lost(self, exc: BaseException) -> None:
@@ -211,7 +214,7 @@ class SyncLoop:
             now = time.monotonic()
             if not self._link_ok and now < retry_at:
                 continue  # Redis is away: try again at retry_at, not on every event
-            poll = self._poll_now or now >= next_poll
+            poll = self._trip.poll_now or now >= next_poll
             # after a reconnect, rewrite the record: a write without replies on the old
             # connection (a change's record and ack) may have been lost with it
             # A heartbeat due before the next poll goes with this one: one round trip.
@@ -224,10 +227,11 @@ class SyncLoop:
                 continue
             sent = now
             try:
-                await self._round_trip(poll, heartbeat, peers)
+                await self._trip.run(poll, heartbeat, peers)
+                self._link_ok = True
                 if restore and outbox.restore_due:
                     if await self._restorer.run():
-                        self._poll_now = True  # read the raised pause now
+                        self._trip.poll_now = True  # read the raised pause now
             except asyncio.CancelledError:
                 raise
             except NET_ERRORS as exc:
@@ -249,7 +253,7 @@ class SyncLoop:
                 if poll:
                     self.poll_failures += 1
                 self._link_ok = False
-                self._poll_now = True
+                self._trip.poll_now = True
                 self.set_connected(False, quiet=True)
                 if not self.ready.is_set():
                     self.failed.set()
@@ -259,7 +263,7 @@ class SyncLoop:
                 next_heartbeat = max(next_heartbeat, retry_at)
                 continue
             self._faults.recover("sync")
-            if poll and timers_ok and not self._apply_failed:
+            if poll and timers_ok and not self._trip.apply_failed:
                 self._faults.recover("applier")
             backoff.reset()
             self._channel.wake()  # Redis answers: a subscription waiting out a backoff retries
@@ -294,128 +298,22 @@ class SyncLoop:
             return False
         return True
 
-    async def _round_trip(self, poll: bool, heartbeat: bool, peers: bool) -> None:
-        """One write to Redis: read the state hash (poll), read the peer list (stagger), write
-        the record (heartbeat) and publish an acknowledgement.
-
-        The record is written before the ack is published, so a reader that subscribes to acks
-        and then reads records misses nothing. A record write that goes with an ack is sent
-        without waiting for replies (``CLIENT REPLY SKIP``): at a fleet-wide change every
-        replica does it at once, and the saved reply per replica is most of the cost."""
-        keys = self._keys
+    def _polled(self, sub_gen: int) -> None:
+        """A poll's state was read (``RoundTrip``), sent under the subscription of generation
+        ``sub_gen``: ``start()`` may have its answer, and the replica is connected again when
+        that subscription still stands."""
         channel = self._channel
         applier = self._applier
-        outbox = self._outbox
-        sub_gen = channel.generation if channel.subscribed else -1
-        poll_seq = applier.apply_seq
-        commands: list[tuple[Any, ...]] = []
-        quiet: list[tuple[Any, ...]] = []
-        if poll:
-            self._poll_now = False
-            commands.append(("HGETALL", keys.state))
-        if peers:
-            stale_ms = int((time.time() - STALE_HEARTBEATS * self._heartbeat_interval) * 1000)
-            commands.append(("ZRANGEBYSCORE", keys.replicas, stale_ms, "+inf"))
-        acks = outbox.take_acks()
-        record_written = False
-        if heartbeat or acks:
-            outbox.record_dirty = False
-            record_written = True
-            try:
-                writes = self._record.commands(full=not acks)
-                if acks:
-                    writes.append((self._record.publish, keys.acks,
-                                   self._record.ack_json(acks, clock()[1])))
-            except Exception as exc:
-                # a fault of the record: hold, and still heartbeat, saying what broke
-                self._faults.fail("record", exc)
-                outbox.record_dirty = False  # written now (the fault asked for it)
-                writes = self._record.fault_commands()
-                outbox.acks |= acks  # sent once the record can be written again
-                acks = set()
-            else:
-                self._faults.recover("record")
-            if acks:
-                quiet += writes
-            else:
-                commands += writes
-        try:
-            async with asyncio.timeout(self._io_timeout):
-                results = await uncancelled(self._link.call(commands, quiet))
-        except BaseException:
-            # not sent: keep what still has to go out
-            outbox.acks |= acks
-            if record_written:
-                outbox.record_dirty = True
-            if poll:
-                self._poll_now = True
-            raise
-        i = 0
-        poll_error: BaseException | None = None
-        if poll:
-            raw = results[i]
-            i += 1
-            if isinstance(raw, ResponseError) and str(raw).startswith("WRONGTYPE"):
-                # the state key is not a hash: no state can be read from it (a fault, not a
-                # lost Redis: fail-static would keep running whatever the fleet wants)
-                self.polls += 1
-                self._state_read(InvalidMessage("bad_state", f"the state key: {raw}"))
-            elif isinstance(raw, BaseException):
-                poll_error = raw
-                self._poll_now = True
-            else:
-                self.polls += 1
-                self.last_poll_at = now_utc()
-                self._apply_failed = False
-                try:
-                    applier.on_poll(as_mapping(raw), poll_seq)
-                except Exception as exc:
-                    self._apply_failed = True
-                    self._faults.fail("applier", exc)
-                else:
-                    self._state_read(applier.unreadable)
-                if self._faults.active and not self.ready.is_set():
-                    self.failed.set()  # start() has its answer: held, and why
-                if self._sub_failed and applier.synced:
-                    self.failed.set()
-                if sub_gen >= 0 and channel.subscribed and sub_gen == channel.generation:
-                    self.set_connected(True)
-                    if sub_gen > channel.failed_generation:
-                        self._faults.recover("channel")
-                    if applier.synced and applier.unreadable is None:
-                        self.ready.set()
-        if peers:
-            found = results[i]
-            i += 1
-            if not isinstance(found, BaseException):
-                applier.on_peers([text(p) for p in found])
-            else:
-                applier.on_peers(None)  # an offset derived from the id alone
-        refused = [r for r in results[i:] if isinstance(r, BaseException)]
-        refused += self._link.take_errors()
-        if refused:
-            # A write the replica may not do (an ACL without the acks channel, a read-only
-            # server): report once, count, carry on following the fleet.
-            self.write_failures += len(refused)
-            if not self._write_logged:
-                self._write_logged = True
-                log.warning("fleet %s replica %s: cannot write its record or publish its "
-                            "acknowledgement (%s); further failures are only counted",
-                            self._fleet, self._replica_id, str(refused[0])[:120])
-        elif record_written:
-            outbox.heartbeats += 1
-        if poll_error is not None:
-            raise poll_error
-        self._link_ok = True
-
-    def _state_read(self, unreadable: InvalidMessage | None) -> None:
-        """A poll read the state hash: ``unreadable`` says why it could not be read (the pool
-        is held: the replica cannot tell whether its fleet is paused), None that it could."""
-        if unreadable is None:
-            self._loss.on_read()  # after the state applied: a pause read keeps its hold
-            self._faults.recover("state")
-        else:
-            self._faults.fail("state", unreadable, traceback=False)
+        if self._faults.active and not self.ready.is_set():
+            self.failed.set()  # start() has its answer: held, and why
+        if self._sub_failed and applier.synced:
+            self.failed.set()
+        if sub_gen >= 0 and channel.subscribed and sub_gen == channel.generation:
+            self.set_connected(True)
+            if sub_gen > channel.failed_generation:
+                self._faults.recover("channel")
+            if applier.synced and applier.unreadable is None:
+                self.ready.set()
 
     # ------------------------------------------------------------------ writes of their own
 
