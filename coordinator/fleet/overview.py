@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Final, TypeVar
 
@@ -27,6 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from coordinator.fleet.backlog import read_backlog
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import FleetStatus
 from coordinator.fleet.registry import read_registry
@@ -119,6 +120,13 @@ async def _status(fleet: Fleet) -> FleetStatus:
     return await fleet.status()
 
 
+async def status_with_backlog(fleet: Fleet) -> FleetStatus:
+    """``Fleet.status()`` with the fleet's backlog (``backlog.read_backlog``), as ``fleetgate
+    status`` and ``fleetgate fleets`` show it."""
+    status = await fleet.status()
+    return replace(status, backlog=await read_backlog(fleet.redis, fleet.keys))
+
+
 async def read_statuses(
     fleets: Sequence[Fleet], read: StatusReader = _status, concurrency: int = FLEET_READS
 ) -> list[FleetStatus]:
@@ -153,18 +161,20 @@ async def read_overview(
     redis: Redis,
     *,
     fleet: Callable[[str], Fleet] | None = None,
-    read: StatusReader = _status,
+    read: StatusReader | None = None,
     limit: int = MAX_LISTED,
     concurrency: int = FLEET_READS,
 ) -> Overview:
     """The registry's fleets (at most ``limit``, newest activity first) and each one's status.
-    ``fleet(name)`` makes the ``Fleet`` of a name (default: ``Fleet(redis, name)``). A fleet
+    ``fleet(name)`` makes the ``Fleet`` of a name (default: ``Fleet(redis, name)``), ``read``
+    reads one (default: ``status_with_backlog``, as ``fleetgate fleets`` shows it). A fleet
     that cannot be read is in ``errors``. Raises redis-py's errors when Redis cannot be
     reached."""
     registry = await read_registry(redis, limit + 1)
     names = registry.names[:limit]
     make = fleet if fleet is not None else (lambda name: Fleet(redis, name))
-    results = await read_isolated([make(n) for n in names], read, lambda f: f.name, concurrency)
+    results = await read_isolated([make(n) for n in names], read or status_with_backlog,
+                                  lambda f: f.name, concurrency)
     statuses = [r for r in results if isinstance(r, FleetStatus)]
     errors = [r for r in results if isinstance(r, FleetError)]
     return Overview(statuses, registry.fleets, len(registry.names) > limit, registry.unreadable,
@@ -172,4 +182,5 @@ async def read_overview(
 
 
 __all__ = ["FLEET_READS", "MAX_LISTED", "UNREACHABLE", "FleetError", "Overview", "StatusReader",
-           "fleet_error", "read_each", "read_isolated", "read_overview", "read_statuses"]
+           "fleet_error", "read_each", "read_isolated", "read_overview", "read_statuses",
+           "status_with_backlog"]
