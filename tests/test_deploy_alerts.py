@@ -53,7 +53,11 @@ EXPORTED_METRICS = {
     "fleetgate_fleet_pause_overdue",
     "fleetgate_fleet_replicas",
     "fleetgate_fleet_unacknowledged",
+    "fleetgate_fleet_backlog",
 }
+
+# The recording rules the deployment promises (autoscalers read them: deploy/README.md).
+EXPECTED_RECORDS = {"fleetgate:fleet_schedulable_backlog"}
 
 Rule = dict[str, Any]
 
@@ -84,10 +88,16 @@ def _alert_rules() -> list[Rule]:
     return [rule for group in document["groups"] for rule in group["rules"] if "alert" in rule]
 
 
+def _recording_rules() -> list[Rule]:
+    document = yaml.safe_load(RULES_FILE.read_text(encoding="utf-8"))
+    return [rule for group in document["groups"] for rule in group["rules"] if "record" in rule]
+
+
 def test_promtool_accepts_the_rules_file() -> None:
     result = _run_promtool("check", "rules", RULES_FILE.name)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(_alert_rules())} rules found" in result.stdout + result.stderr
+    total = len(_alert_rules()) + len(_recording_rules())
+    assert f"SUCCESS: {total} rules found" in result.stdout + result.stderr
 
 
 def test_the_rules_unit_tests_pass_under_promtool() -> None:
@@ -249,6 +259,42 @@ def test_promtool_fails_rules_that_fold_every_fleet_into_one_alert(tmp_path: Pat
     ]
     assert len(tests["tests"]) == 2
     broken = tmp_path / "folded.test.yml"
+    broken.write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
+    result = _run_promtool("test", "rules", str(broken))
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "FAILED" in result.stdout + result.stderr
+
+
+# --- recording rules ---------------------------------------------------------------------------
+
+
+def test_the_rules_file_records_the_schedulable_backlog_from_exported_metrics() -> None:
+    records = _recording_rules()
+    assert {rule["record"] for rule in records} == EXPECTED_RECORDS
+    source = "\n".join(p.read_text(encoding="utf-8")
+                       for p in sorted((REPO / "coordinator").glob("**/*.py")))
+    defined = set(re.findall(r"[\"'](fleetgate_[a-z_]+)[\"']", source))
+    for rule in records:
+        used = set(re.findall(r"\bfleetgate_[a-z_]+\b", rule["expr"]))
+        assert used == {"fleetgate_fleet_backlog", "fleetgate_fleet_paused"}, rule["record"]
+        assert used <= EXPORTED_METRICS and used <= defined, rule["record"]
+
+
+def test_the_schedulable_backlog_unit_test_is_not_vacuous(tmp_path: Path) -> None:
+    """The raw backlog recorded as the schedulable one (a paused fleet scaled on its backlog:
+    the trap) fails the rule's unit test."""
+    document = yaml.safe_load(RULES_FILE.read_text(encoding="utf-8"))
+    for group in document["groups"]:
+        for rule in group["rules"]:
+            if rule.get("record") == "fleetgate:fleet_schedulable_backlog":
+                rule["expr"] = "max by (namespace, fleet) (fleetgate_fleet_backlog)"
+    rules = tmp_path / "trap-rules.yml"
+    rules.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    tests = yaml.safe_load(RULES_TEST_FILE.read_text(encoding="utf-8"))
+    tests["rule_files"] = [str(rules)]
+    tests["tests"] = [t for t in tests["tests"] if "promql_expr_test" in t]
+    assert tests["tests"]
+    broken = tmp_path / "trap.test.yml"
     broken.write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
     result = _run_promtool("test", "rules", str(broken))
     assert result.returncode != 0, result.stdout + result.stderr
