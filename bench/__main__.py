@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 MODULES = ["bench.pool", "bench.fanout", "bench.durability", "bench.failover", "bench.bigfleet",
-           "bench.startup"]
+           "bench.startup", "bench.backlog"]
 
 
 def _fmt(v: Any) -> str:

@@ -26,7 +26,7 @@ yet) has a backlog, pending and oldest age of 0, and ``stream`` false. A work ke
 stream makes every figure ``None`` and says why in ``error``, without failing the fleet's read:
 its pause state is still shown.
 
-Cost: one round trip of three O(1) commands (``XINFO GROUPS``, ``XLEN`` of both streams), and
+Cost: one round trip of three O(1) commands (``XLEN`` of both streams, ``XINFO GROUPS``), and
 a second one (``XRANGE ... COUNT 1``) only when entries wait. Library code: no logging setup.
 """
 
@@ -151,24 +151,22 @@ async def read_backlog(redis: Redis, keys: Keys) -> Backlog:
     errors when Redis cannot be reached."""
     for attempt in range(2):  # read only: safe to resend once on a dropped connection
         pipe = redis.pipeline(transaction=False)
-        pipe.exists(keys.work)
-        pipe.xinfo_groups(keys.work)
         pipe.xlen(keys.work)
+        pipe.xinfo_groups(keys.work)
         pipe.xlen(keys.dead)
         try:
-            exists, groups, length, dead = await uncancelled(pipe.execute(raise_on_error=False))
+            length, groups, dead = await uncancelled(pipe.execute(raise_on_error=False))
             break
         except RedisConnectionError:
             if attempt:
                 raise
-    if isinstance(exists, Exception):
-        raise exists
+    for reply in (length, groups, dead):
+        if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
+            raise reply  # Redis gone (or worse): not the backlog's to hide
     dead_letters = None if isinstance(dead, Exception) else _int(dead)  # a dead key not a stream
-    if not exists:
-        return Backlog(0, 0, dead_letters, None, length=0)
-    for reply in (groups, length):
-        if isinstance(reply, ResponseError) and "no such key" in str(reply).lower():
-            return Backlog(0, 0, dead_letters, None, length=0)  # deleted between the two
+    if length == 0 and isinstance(groups, ResponseError) and "no such key" in str(groups).lower():
+        return Backlog(0, 0, dead_letters, None, length=0)  # no work stream
+    for reply in (length, groups):
         if isinstance(reply, Exception):  # the work key is not a stream
             return Backlog(None, None, dead_letters, None, stream=True,
                            error=" ".join(f"{type(reply).__name__}: {reply}".split())[:MAX_ERROR])
