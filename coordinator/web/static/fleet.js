@@ -56,11 +56,23 @@ window.FG.fleet = (function () {
       const slow = sum.slowest_acks[0];
       text += "; slowest acknowledgement of v" + st.version + ": " + slow.id + " " + formatLag(slow.ack_s);
     }
+    text += backlogText(sum);
     $("summary").textContent = text;
     FG.holds.render(data, resumeHold);
     fresh("banner");
     fresh("holds-panel");
     if (st.version !== historyVersion) historyDue = true;
+  }
+
+  // The work stream's figures (null: Redis cannot say; absent: an older coordinator).
+  function backlogText(sum) {
+    if (!("backlog" in sum)) return "";
+    const n = (v) => (v === null || v === undefined ? "unknown" : String(v));
+    let text = "; backlog " + n(sum.backlog) + " waiting";
+    if (sum.backlog && sum.oldest_waiting_s !== null && sum.oldest_waiting_s !== undefined) {
+      text += " (oldest " + formatAge(sum.oldest_waiting_s) + ")";
+    }
+    return text + ", " + n(sum.pending) + " pending, " + n(sum.dead_letters) + " dead letters";
   }
 
   function renderHistory(events) {

@@ -1,6 +1,6 @@
 // fleetgate dashboard: every fleet on the Redis (/). One request a poll tick, GET api/fleets,
 // feeds the whole page: a row per fleet (paused, holds, replicas live, stale and
-// unacknowledged, pause age, overdue), paused ones first, each leading to its page.
+// unacknowledged, backlog, dead letters, pause age, overdue), paused ones first, each leading to its page.
 "use strict";
 
 window.FG.overview = (function () {
@@ -27,7 +27,7 @@ window.FG.overview = (function () {
     tr.appendChild(name);
     cell(tr, "UNREADABLE", "fleet-state warn").dataset.state = "unreadable";
     const why = cell(tr, f.error, "reason warn");
-    why.colSpan = 8;
+    why.colSpan = 10;
     return tr;
   }
 
@@ -61,6 +61,11 @@ window.FG.overview = (function () {
       if (f.stale) staleCell.classList.add("warn");
       const unacked = cell(tr, f.unacknowledged, "num unacked");
       if (f.unacknowledged) unacked.classList.add("warn");
+      // the work stream: entries waiting (null: Redis cannot say), growing while the fleet is held
+      const backlog = cell(tr, f.backlog === null || f.backlog === undefined ? "?" : f.backlog, "num backlog");
+      if (f.paused && f.backlog) backlog.classList.add("warn");
+      const dead = cell(tr, f.dead_letters === null || f.dead_letters === undefined ? "?" : f.dead_letters, "num dead");
+      if (f.dead_letters) dead.classList.add("warn");
       cell(tr, f.paused ? formatAge(f.pause_age_s) : "", "age");
       const overdue = cell(tr, f.overdue ? "OVERDUE" : "no", "overdue");
       if (f.overdue) overdue.classList.add("warn");
