@@ -1,23 +1,29 @@
 """One ``redis-server`` process on a free loopback port, for the replicated topologies of
 ``bench/topology.py`` (a data node or a sentinel): start, freeze, thaw, kill, restart.
+
+The binary is ``coordinator.demo.localredis.find_server_binary()``'s (``FLEETGATE_REDIS_SERVER``,
+else ``redis-server`` on PATH), or the one given: a ``valkey-server`` runs a sentinel with
+``--sentinel`` as ``redis-server`` does. With ``NodeTls`` the node speaks TLS only (its port is
+the TLS port, ``--port 0``), replicates and monitors over TLS, and requires a client
+certificate; its ``client()`` and ``url`` use the client certificate and the CA.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from redis import Redis as SyncRedis
 from redis.exceptions import RedisError
 
-from coordinator.demo.localredis import free_port
+from coordinator.demo.localredis import find_server_binary, free_port
 
 HOST: Final = "127.0.0.1"
 POLL_S: Final = 0.05
@@ -42,6 +48,34 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float) -> T:
         time.sleep(POLL_S)
 
 
+@dataclass(frozen=True)
+class NodeTls:
+    """The PEM files of a TLS topology: the CA, the nodes' certificate and key (which they also
+    present as clients, to each other), and a client certificate and key for the callers."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    client_cert: Path
+    client_key: Path
+
+    def server_args(self, port: int) -> list[str]:
+        return ["--port", "0", "--tls-port", str(port), "--tls-cert-file", str(self.cert),
+                "--tls-key-file", str(self.key), "--tls-ca-cert-file", str(self.ca),
+                "--tls-auth-clients", "yes", "--tls-replication", "yes", "--tls-cluster", "yes"]
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """redis-py's arguments for a client of a node."""
+        return {"ssl": True, "ssl_ca_certs": str(self.ca), "ssl_certfile": str(self.client_cert),
+                "ssl_keyfile": str(self.client_key)}
+
+    @property
+    def query(self) -> str:
+        """The TLS parameters of a fleetgate ``rediss`` URL (every form takes the same)."""
+        return (f"ssl_ca_certs={self.ca}&ssl_certfile={self.client_cert}"
+                f"&ssl_keyfile={self.client_key}")
+
+
 def cluster_port() -> int:
     """A free port at most 55535 whose cluster bus port (10000 above) is free too."""
     return free_port(HOST, also_free=10000)
@@ -51,7 +85,8 @@ class Node:
     """One ``redis-server`` process on a free loopback port."""
 
     def __init__(self, directory: Path, args: Sequence[str], *, conf: str | None = None,
-                 sentinel: bool = False, port: int | None = None) -> None:
+                 sentinel: bool = False, port: int | None = None, binary: str | None = None,
+                 tls: NodeTls | None = None) -> None:
         self.host = HOST
         self.port = port or free_port()
         self.dir = directory
@@ -59,6 +94,8 @@ class Node:
         self.sentinel = sentinel
         self._args = list(args)
         self._conf = conf
+        self.binary = binary
+        self.tls = tls
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -67,6 +104,8 @@ class Node:
 
     @property
     def url(self) -> str:
+        if self.tls is not None:
+            return f"rediss://{self.host}:{self.port}/0?{self.tls.query}"
         return f"redis://{self.host}:{self.port}/0"
 
     @property
@@ -81,9 +120,10 @@ class Node:
         """Start (or start again); returns once it answers PING."""
         if self.running:
             return self
-        server = shutil.which("redis-server")
-        assert server is not None
-        common = ["--port", str(self.port), "--bind", self.host, "--dir", str(self.dir),
+        server = self.binary or find_server_binary()
+        assert server is not None, "no redis-server (or FLEETGATE_REDIS_SERVER) to start"
+        port = ["--port", str(self.port)] if self.tls is None else self.tls.server_args(self.port)
+        common = [*port, "--bind", self.host, "--dir", str(self.dir),
                   "--daemonize", "no", "--logfile", str(self.dir / "server.log")]
         if self._conf is not None:
             conf = self.dir / "node.conf"
@@ -97,17 +137,19 @@ class Node:
 
         def answers() -> bool | None:
             if self._proc is not None and self._proc.poll() is not None:
-                raise RuntimeError(f"redis-server on port {self.port} exited: {self.log_tail()}")
+                raise RuntimeError(f"{server} on port {self.port} exited: {self.log_tail()}")
             with self.client() as c:
                 return True if c.ping() else None
 
-        wait_for(f"redis-server on port {self.port} to answer", answers, timeout)
+        wait_for(f"{server} on port {self.port} to answer", answers, timeout)
         return self
 
     def client(self, **kwargs: Any) -> SyncRedis:
         """A synchronous client of this node (str replies); the caller closes it."""
         kwargs.setdefault("socket_timeout", 2.0)
         kwargs.setdefault("socket_connect_timeout", 1.0)
+        if self.tls is not None:
+            kwargs = self.tls.client_kwargs() | kwargs
         return SyncRedis(host=self.host, port=self.port, decode_responses=True, **kwargs)
 
     def info(self, section: str) -> dict[str, Any]:
@@ -154,4 +196,4 @@ class Node:
         return f"<Node {self.host}:{self.port}{' sentinel' if self.sentinel else ''}>"
 
 
-__all__ = ["HOST", "POLL_S", "Node", "cluster_port", "wait_for"]
+__all__ = ["HOST", "POLL_S", "Node", "NodeTls", "cluster_port", "wait_for"]

@@ -3,6 +3,12 @@
 three replicas), of ``bench.redisnode.Node``s. The tests' fixtures (``tests/topology.py``, whose
 docstring is the API) and the failover bench (``bench/failover.py``) both run them; nothing here
 imports pytest.
+
+Both take the server ``binary`` (default: ``FLEETGATE_REDIS_SERVER``, else ``redis-server``;
+a ``valkey-server`` runs them alike) and the Sentinel group takes ``tls`` (``NodeTls``: every
+node and sentinel TLS only, replication and monitoring over TLS; ``url`` is then the
+``rediss+sentinel://`` form with the TLS parameters). The cluster is created with ``redis-cli``,
+whatever the server.
 """
 
 from __future__ import annotations
@@ -14,18 +20,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from bench.redisnode import HOST, Node, cluster_port, wait_for
+from bench.redisnode import HOST, Node, NodeTls, cluster_port, wait_for
+from coordinator.demo.localredis import find_server_binary
 
 SERVICE: Final = "fleetgate"
 
 
 class _Topology:
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, binary: str | None = None, tls: NodeTls | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix=prefix))
         self.all: list[Node] = []
+        self.binary = binary or find_server_binary()
+        self.tls = tls
 
     def _node(self, name: str, args: Sequence[str] = (), **kw: Any) -> Node:
-        node = Node(self.dir / name, args, **kw)
+        node = Node(self.dir / name, args, binary=self.binary, tls=self.tls, **kw)
         self.all.append(node)
         return node
 
@@ -66,8 +75,8 @@ class SentinelGroup(_Topology):
 
     SERVICE: Final = SERVICE
 
-    def __init__(self) -> None:
-        super().__init__("fleetgate-sentinel-")
+    def __init__(self, *, binary: str | None = None, tls: NodeTls | None = None) -> None:
+        super().__init__("fleetgate-sentinel-", binary, tls)
         self.servers = [self._node("server-0"), self._node("server-1")]
         self.sentinels: list[Node] = []
 
@@ -105,9 +114,14 @@ class SentinelGroup(_Topology):
 
     def sentinel_url(self, *, scheme: str = "redis+sentinel", user: str = "",
                      password: str = "", db: int | None = None, query: str = "") -> str:
+        """A URL of the group; on a TLS group, the ``rediss`` form of ``scheme`` with the TLS
+        parameters before ``query``'s."""
         auth = f"{user}:{password}@" if user or password else ""
         hosts = ",".join(f"{h}:{p}" for h, p in self.sentinel_addresses)
         path = f"/{SERVICE}" + (f"/{db}" if db is not None else "")
+        if self.tls is not None:
+            scheme = scheme.replace("redis+", "rediss+", 1) if scheme.startswith("redis+") else scheme
+            query = "&".join(q for q in (self.tls.query, query) if q)
         return f"{scheme}://{auth}{hosts}{path}" + (f"?{query}" if query else "")
 
     @property
@@ -165,8 +179,8 @@ class SentinelGroup(_Topology):
 class Cluster(_Topology):
     """Three primaries and three replicas (see the module docstring)."""
 
-    def __init__(self) -> None:
-        super().__init__("fleetgate-cluster-")
+    def __init__(self, *, binary: str | None = None) -> None:
+        super().__init__("fleetgate-cluster-", binary)
         args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                 "--cluster-node-timeout", "1000", "--cluster-replica-validity-factor", "0"]
         self.nodes = [self._node(f"node-{i}", args, port=cluster_port()) for i in range(6)]
@@ -272,9 +286,9 @@ class Cluster(_Topology):
 
 
 def binaries_found() -> bool:
-    """``redis-server`` and ``redis-cli`` are on PATH."""
-    return shutil.which("redis-server") is not None and shutil.which("redis-cli") is not None
+    """A server binary (``FLEETGATE_REDIS_SERVER``, else ``redis-server``) and ``redis-cli``."""
+    return find_server_binary() is not None and shutil.which("redis-cli") is not None
 
 
-__all__ = ["HOST", "SERVICE", "Cluster", "Node", "SentinelGroup", "binaries_found",
+__all__ = ["HOST", "SERVICE", "Cluster", "Node", "NodeTls", "SentinelGroup", "binaries_found",
            "cluster_port"]

@@ -38,6 +38,11 @@ neither kill nor reconfigure it)
     ``wait_in_sync()``. Started with ``cluster_state:ok`` on every node and every replica in
     sync.
 
+In a TLS cell of the compatibility matrix (``pytest --compat``, ``tests/compatkit.py``)
+``sentinel_group`` is TLS only (``bench.redisnode.NodeTls``: certificates made by ``trustme``,
+client certificates required, replication and monitoring over TLS; ``url`` is the
+``rediss+sentinel://`` form). In every cell the nodes run the cell's server binary.
+
 Every wait polls Redis answers (``INFO replication``, ``CLUSTER INFO``/``SHARDS``,
 ``SENTINEL ...``), never a fixed sleep, and raises ``TimeoutError`` naming what it waited for.
 Teardown kills every process (frozen ones too) and removes the directory. The fixtures skip the
@@ -49,11 +54,16 @@ test when ``redis-server`` or ``redis-cli`` is missing. A test module takes the 
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from bench.topology import SERVICE, Cluster, Node, SentinelGroup, binaries_found
+from bench.topology import SERVICE, Cluster, Node, NodeTls, SentinelGroup, binaries_found
+from tests import compatkit
+from tests.tlskit import make_tls_files
 
 
 def _require_binaries() -> None:
@@ -63,13 +73,22 @@ def _require_binaries() -> None:
 
 @pytest.fixture(name="sentinel_group")
 def sentinel_group_fixture() -> Iterator[SentinelGroup]:
-    """A started Sentinel group of this test's own; every process killed at the end."""
+    """A started Sentinel group of this test's own (TLS in a TLS cell); every process killed
+    at the end."""
     _require_binaries()
-    group = SentinelGroup()
+    cell = compatkit.current()
+    certs = Path(tempfile.mkdtemp(prefix="fleetgate-sentinel-tls-"))
+    tls = None
+    if cell is not None and cell.tls:
+        files = make_tls_files(certs)
+        tls = NodeTls(files.ca, files.server_cert, files.server_key, files.client_cert,
+                      files.client_key)
+    group = SentinelGroup(tls=tls)
     try:
         yield group.start()
     finally:
         group.stop()
+        shutil.rmtree(certs, ignore_errors=True)
 
 
 @pytest.fixture(name="redis_cluster")
