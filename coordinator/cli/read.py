@@ -28,6 +28,7 @@ from coordinator.cli.output import console, emit_json
 from coordinator.cli.runner import run_with_fleet
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import AuditEvent, FleetStatus
+from coordinator.fleet.overview import status_with_backlog
 from coordinator.fleet.summary import summarize
 from replica.service.shutdown import Interrupted
 
@@ -52,10 +53,10 @@ def status(
     slow_ack = settings.slow_ack
 
     async def read(fleet: Fleet) -> FleetStatus:
-        return await fleet.status()
+        return await status_with_backlog(fleet)
 
     async def read_known(fleet: Fleet) -> FleetStatus:
-        st = await fleet.status()
+        st = await status_with_backlog(fleet)
         if st.state.version == 0 and not st.replicas and not st.unreadable:
             await must_be_known(fleet)
         return st
