@@ -50,6 +50,7 @@ test: $(TSTAMP)
 	$(MAKE) chaos-ci
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(VENV)/site
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m tests.compatkit -n $(TEST_WORKERS)
 
 bench: $(STAMP)
 	$(PY) -m bench

@@ -7,6 +7,11 @@ a Docker engine answers. Tests that kill or restart Redis use ``private_redis`` 
 server). No fakeredis anywhere. A test starts its long-running processes through
 ``processes`` (``tests.procs.Processes``): default signal dispositions however the suite was
 started, and nothing left running or open after the test.
+
+``--compat CELL`` runs the given tests as a cell of the compatibility matrix
+(``tests/compatkit.py``): every server the suite starts is the cell's binary, ``redis_url`` is
+a server of the run's own, over TLS (client certificates, a CA made by ``trustme``) and with
+``?protocol=2`` when the cell says so, and the cell's skips apply.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import redis.asyncio as aioredis
 from redis import Redis as SyncRedis
 
 from coordinator.demo.localredis import LocalRedis, find_server_binary, use_ports
+from tests import compatkit
 from tests.procs import Processes
+from tests.tlskit import TlsRedis, make_tls_files
 
 PORTS_BASE = 10000
 PORTS_PER_WORKER = 2500
@@ -31,7 +38,25 @@ from a range of its own, below the kernel's ephemeral range (32768 on): up to 4 
 10000-19999, and a cluster node's bus port (10000 above its port) falls in 20000-29999."""
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--compat", choices=sorted(compatkit.BY_NAME), default=None,
+                     help="run as this cell of the compatibility matrix (tests/compatkit.py): "
+                          "its server, transport and protocol")
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    cell = compatkit.current()
+    if cell is None:
+        return None
+    return (f"compatibility cell {cell.name}: {os.environ[compatkit.SERVER_ENV]}, "
+            f"{cell.transport}, RESP{cell.protocol}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    try:
+        compatkit.configure(config.getoption("--compat"))
+    except RuntimeError as exc:
+        raise pytest.UsageError(str(exc)) from None
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     index = int(worker.removeprefix("gw") or 0) % 4
     start = PORTS_BASE + index * PORTS_PER_WORKER
@@ -53,9 +78,29 @@ def _testcontainers_url() -> tuple[str, object] | None:
     return f"redis://{host}:{port}/0", container
 
 
+def _cell_server(cell: compatkit.Cell, where: pytest.TempPathFactory) -> Iterator[str]:
+    """The shared server of a compatibility cell, started here (never a named one)."""
+    if not cell.tls:
+        with LocalRedis() as server:
+            yield cell.url(server.host, server.port)
+        return
+    files = make_tls_files(where.mktemp("tls"))
+    tls = TlsRedis(files, auth_clients=True)
+    tls.server.start()  # a server without TLS is an error here, not a skip
+    try:
+        yield cell.url(tls.server.host, tls.tls_port, f"ssl_ca_certs={files.ca}&ssl_certfile="
+                       f"{files.client_cert}&ssl_keyfile={files.client_key}")
+    finally:
+        tls.stop()
+
+
 @pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The URL of a real Redis server shared by the session (keys are per-test fleets)."""
+    cell = compatkit.current()
+    if cell is not None:
+        yield from _cell_server(cell, tmp_path_factory)
+        return
     env = os.environ.get("FLEETGATE_TEST_REDIS_URL")
     if env:
         with SyncRedis.from_url(env) as client:
@@ -182,8 +227,11 @@ async def _no_leaked_tasks() -> AsyncIterator[None]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every async test gets the leaked-task check."""
+    """Every async test gets the leaked-task check; a compatibility cell's skips apply."""
+    cell = compatkit.current()
     for item in items:
+        if (why := compatkit.skip_reason(cell, item.nodeid)) is not None:
+            item.add_marker(pytest.mark.skip(reason=why))
         func = getattr(item, "function", None)
         if func is not None and inspect.iscoroutinefunction(func):
             fixturenames = getattr(item, "fixturenames", None)
