@@ -20,10 +20,12 @@ from coordinator.fleet.snapshots import Snapshots
 from coordinator.web.api import create_app
 from coordinator.web.metrics import render_fleets
 from replica.contract import WORK_GROUP, Keys
+from replica.control.connect import connect
 from tests.apikit import VIEW, auth, client_for, make_settings, strict_json
 from tests.clikit import run
 from tests.fleetkit import until
 from tests.procs import base_env, enqueue, replica_processes
+from tests.topology import Cluster, redis_cluster_fixture  # noqa: F401 (the fixture)
 
 
 async def two_pending(redis: aioredis.Redis, fleet: str) -> bool:
@@ -211,3 +213,17 @@ def test_a_backlog_not_read_is_unknown_not_zero() -> None:
     b = Backlog(None, None, None, None)
     assert b.figures() == {"backlog": None, "pending": None, "dead_letters": None,
                            "oldest_waiting_s": None}
+
+
+async def test_the_backlog_of_fleets_in_several_slots_of_a_cluster_is_read_in_one_slot_each(
+    redis_cluster: Cluster,
+) -> None:
+    redis = connect(redis_cluster.url, decode_responses=True)
+    try:
+        for i, name in enumerate(f"slot{i}" for i in range(3)):
+            await add(redis, name, 3 + i)
+            b = await read_backlog(redis, Keys(name))
+            assert (b.backlog, b.pending, b.dead_letters) == (3 + i, 0, 0)
+        assert (await read_backlog(redis, Keys("slot-none"))).backlog == 0
+    finally:
+        await redis.aclose()
