@@ -168,11 +168,11 @@ def _loaded_after(statement: str) -> list[str]:
     code = (
         "import sys, json\n"
         f"{statement}\n"
-        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+        "print('\\n' + json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=REPO, timeout=60, check=True)
-    loaded: list[str] = json.loads(out.stdout)
+    loaded: list[str] = json.loads(out.stdout.rstrip("\n").rsplit("\n", 1)[-1])
     return loaded
 
 
@@ -187,6 +187,13 @@ def _loaded_after(statement: str) -> list[str]:
         ("import coordinator.cli.app", ("fastapi", "uvicorn", "starlette")),
         ("import coordinator.cli", ("fastapi", "uvicorn", "redis", "pydantic", "rich")),
         ("import coordinator", ("fastapi", "uvicorn", "redis", "pydantic")),
+        # the command line: typer reads the commands' signatures; their bodies load the rest
+        ("from coordinator.cli.app import main; main(['--help'])",
+         ("redis", "pydantic", "pydantic_settings", "rich", "asyncio", "fastapi", "uvicorn")),
+        # (typer coerces a command's parameters with pydantic: pydantic_settings is ours)
+        ("from coordinator.cli.app import main; main(['pause', '--help'])",
+         ("redis", "pydantic_settings", "rich", "asyncio", "fastapi", "uvicorn")),
+        ("import coordinator.render, coordinator.render.text", ("redis", "pydantic", "fastapi")),
     ],
 )
 def test_importing_a_layer_loads_nothing_it_does_not_need(

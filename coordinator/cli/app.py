@@ -25,14 +25,18 @@ failure is one line on stderr, never a traceback.
 
 The commands live by what they do: ``change`` (pause, resume), ``read`` (status, history),
 ``enqueue``, ``serve`` (serve, demo); this module is the app and its entry point.
+
+Start-up: typer reads every command's signature to build the command line, so the command
+modules import typer and the option checks only; each command loads the library, Redis,
+pydantic and rich when it runs (``fleetgate --help`` loads none of them, ``tests/test_layers.py``
+holds it to that).
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Sequence
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
@@ -46,7 +50,9 @@ from coordinator.cli.exits import (
 )
 from coordinator.cli.options import Globals
 from coordinator.cli.output import fail, plain
-from replica.service.shutdown import Interrupted, exit_now, signalled
+
+if TYPE_CHECKING:
+    from replica.service.shutdown import Interrupted
 
 app = typer.Typer(
     name="fleetgate",
@@ -72,6 +78,11 @@ def _options(
     ] = None,
 ) -> None:
     """Pause and resume a fleet of asyncio workers through Redis."""
+    # Before any command runs (not for --help, which needs no logging): the command reports
+    # outcomes itself; library warnings would break its one-line promise.
+    import logging
+
+    logging.basicConfig(level=logging.ERROR, format="fleetgate: %(levelname)s %(name)s: %(message)s")
     ctx.obj = Globals(redis_url=redis_url, fleet=fleet)
 
 
@@ -87,14 +98,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     stopped the command, the process ends here (``exit_now``): the interpreter's teardown can
     take a second on a loaded machine, past the bound a signal promises."""
     status = _main(argv)
-    if signalled():
-        exit_now(status)
+    # Only a command that ran Redis work loaded the shutdown machinery (``--help`` does not):
+    # without it, no signal stopped a command.
+    shutdown = sys.modules.get("replica.service.shutdown")
+    if shutdown is not None and shutdown.signalled():
+        shutdown.exit_now(status)
     return status
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    # The command reports outcomes itself; library warnings would break its one-line promise.
-    logging.basicConfig(level=logging.ERROR, format="fleetgate: %(levelname)s %(name)s: %(message)s")
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         rv = app(args=args, prog_name="fleetgate", standalone_mode=False)
@@ -112,11 +124,21 @@ def _main(argv: Sequence[str] | None) -> int:
         return fail("aborted", EXIT_INTERRUPTED)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except Interrupted as exc:  # SIGINT or SIGTERM while the command ran (130 or 143)
-        return fail(f"interrupted by {exc.signal.name}", exc.status)
     except Exception as exc:  # the promise: one line, never a traceback
+        interrupted = _interrupted(exc)
+        if interrupted is not None:  # SIGINT or SIGTERM while the command ran (130 or 143)
+            return fail(f"interrupted by {interrupted.signal.name}", interrupted.status)
         return fail(f"unexpected error: {type(exc).__name__}: {plain(str(exc))}", EXIT_UNREACHABLE)
     return rv if isinstance(rv, int) else EXIT_OK
+
+
+def _interrupted(exc: Exception) -> Interrupted | None:
+    """``exc`` when it is ``replica.service.shutdown.Interrupted`` (raised only once that module
+    is loaded: it is not imported for a command that never needed it)."""
+    shutdown = sys.modules.get("replica.service.shutdown")
+    if shutdown is not None and isinstance(exc, shutdown.Interrupted):
+        return cast("Interrupted", exc)
+    return None
 
 
 if __name__ == "__main__":

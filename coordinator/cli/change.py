@@ -6,47 +6,40 @@ sent and did not answer (exit 5: its outcome is unknown, read the state), or the
 made and the replicas did not all get there (exit 3, the stragglers named). A change made on
 the Redis primary that no Redis replica confirmed in time (``FLEETGATE_MIN_REPLICAS_ACK``) is
 still reported, then exits 4.
+
+This module is what typer reads to build the command line (``fleetgate --help`` too): it loads
+typer and the option checks only; a command loads the library, Redis and rich when it runs,
+and ``coordinator.cli.changing`` makes the change, waits and reports.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Annotated, Final, TypeVar
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
-from coordinator import render
-from coordinator.cli import multi
-from coordinator.cli.exits import EXIT_NOT_CONFIRMED, EXIT_TIMEOUT, CliError, usage
+from coordinator import render  # lazy: its modules load on first use
+from coordinator.cli.exits import usage
 from coordinator.cli.options import (
+    AllFleetsOption,
+    FleetsOption,
     Globals,
     HoldOption,
     JsonOption,
     UrlOption,
+    YesOption,
     at_option,
     duration_option,
     hold_option,
     operator,
     reason_option,
 )
-from coordinator.cli.output import console, emit_json
-from coordinator.cli.runner import (
-    DeadlineExceeded,
-    Progress,
-    outcome_unknown,
-    run_with_fleet,
-    unreachable,
-)
-from coordinator.durations import format_age
-from coordinator.fleet.durability import NotConfirmed
-from coordinator.fleet.fleet import Fleet
-from coordinator.fleet.models import WaitReport
-from coordinator.settings import CoordinatorSettings
-from replica.contract import MAX_STAGGER_S, FleetState, now_utc
-from replica.contract.urls import redact_url
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from coordinator.fleet.fleet import Fleet
+    from coordinator.fleet.models import WaitReport
+    from replica.contract import FleetState
 
 DEFAULT_TIMEOUT: Final = "60s"
 GRACE_S: Final = 2.0
@@ -74,9 +67,9 @@ def pause(
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     json_out: JsonOption = False,
     redis_url: UrlOption = None,
-    fleet: multi.FleetsOption = None,
-    all_fleets: multi.AllFleetsOption = False,
-    yes: multi.YesOption = False,
+    fleet: FleetsOption = None,
+    all_fleets: AllFleetsOption = False,
+    yes: YesOption = False,
     hold: HoldOption = None,
     at: Annotated[str | None, typer.Option("--at", help=(
         "Start the hold then: an ISO 8601 time (2026-12-01T02:00Z) or a duration from now "
@@ -90,6 +83,10 @@ def pause(
     --at of a hold that is active now is refused (exit 2, nothing changed) unless --reschedule:
     then it ends now, and when it was the last active hold the fleet resumes (said so)."""
     g: Globals = ctx.obj
+    from coordinator.cli import changing, multi
+    from coordinator.cli.runner import Progress
+    from replica.contract import now_utc
+
     reason = reason_option(reason)
     hold = hold_option(hold)
     starts_at = at_option(at)
@@ -109,7 +106,7 @@ def pause(
         fleet: Fleet, progress: Progress = progress
     ) -> tuple[FleetState, WaitReport | None, bool, render.HoldChange]:
         started = now_utc()  # nothing read before a pause: a hung Redis is exit 5, not 1
-        state, report = await _change_then_wait(fleet, progress, wait, lambda: fleet.pause(
+        state, report = await changing.change_then_wait(fleet, progress, wait, lambda: fleet.pause(
             reason, by=by_name, expected_for=span, auto_resume_after=span if auto_resume else None,
             hold=hold, starts_at=starts_at, reschedule=reschedule,
         ))
@@ -119,9 +116,9 @@ def pause(
     if multi.wanted(fleet, all_fleets):  # one change per fleet, each by act
         return multi.run("pause", settings, fleet, all_fleets, yes, act, limit, GRACE_S, json_out)
 
-    state, report, _, change = _run(settings, act, progress, json_out)
-    report_action(state, report, json_out, unconfirmed=_unconfirmed(settings, progress),
-                  change=change)
+    state, report, _, change = changing.run_change(settings, act, progress, json_out)
+    unconfirmed = changing.unconfirmed_line(settings, progress)
+    changing.report_action(state, report, json_out, unconfirmed=unconfirmed, change=change)
 
 
 def resume(
@@ -137,9 +134,9 @@ def resume(
     timeout: TimeoutOption = DEFAULT_TIMEOUT,
     json_out: JsonOption = False,
     redis_url: UrlOption = None,
-    fleet: multi.FleetsOption = None,
-    all_fleets: multi.AllFleetsOption = False,
-    yes: multi.YesOption = False,
+    fleet: FleetsOption = None,
+    all_fleets: AllFleetsOption = False,
+    yes: YesOption = False,
     hold: Annotated[str | None, typer.Option(
         "--hold", help="The hold to release (a scheduled one: cancelled); default: the only one.",
     )] = None,
@@ -150,6 +147,10 @@ def resume(
     several holds and neither option nothing changes (exit 2). Replicas continue with the
     queue untouched."""
     g: Globals = ctx.obj
+    from coordinator.cli import changing, multi
+    from coordinator.cli.runner import Progress
+    from replica.contract import MAX_STAGGER_S
+
     if reason is not None:
         reason = reason_option(reason)
     hold = hold_option(hold)
@@ -167,7 +168,7 @@ def resume(
         fleet: Fleet, progress: Progress = progress
     ) -> tuple[FleetState, WaitReport | None, bool, render.HoldChange]:
         before = await fleet.state()
-        state, report = await _change_then_wait(fleet, progress, wait, lambda: fleet.resume(
+        state, report = await changing.change_then_wait(fleet, progress, wait, lambda: fleet.resume(
             by=by_name, stagger=spread, reason=reason, hold=hold, all=all_holds
         ))
         change = render.hold_change("resume", hold, before, state)
@@ -176,96 +177,10 @@ def resume(
     if multi.wanted(fleet, all_fleets):  # one change per fleet, each by act
         return multi.run("resume", settings, fleet, all_fleets, yes, act, limit, GRACE_S, json_out)
 
-    state, report, changed, change = _run(settings, act, progress, json_out)
-    report_action(state, report, json_out, changed=changed,
-                  unconfirmed=_unconfirmed(settings, progress), change=change)
+    state, report, changed, change = changing.run_change(settings, act, progress, json_out)
+    unconfirmed = changing.unconfirmed_line(settings, progress)
+    changing.report_action(state, report, json_out, changed=changed, unconfirmed=unconfirmed,
+                           change=change)
 
 
-async def _change_then_wait(
-    fleet: Fleet, progress: Progress, wait: bool, change: Callable[[], Awaitable[FleetState]]
-) -> tuple[FleetState, WaitReport | None]:
-    """Make the change, then (``wait``) wait for the replicas with what is left of the
-    command's time; ``progress`` says which step a deadline cut off."""
-    progress.step = "change"
-    try:
-        state = await change()
-    except NotConfirmed as exc:  # made and published: say so once the rest is reported
-        state, progress.unconfirmed = exc.state, exc
-    progress.step, progress.state = "wait", state
-    report = await fleet.wait(state.version, timeout=progress.left()) if wait else None
-    return state, report
-
-
-def _run(
-    settings: CoordinatorSettings,
-    act: Callable[[Fleet], Awaitable[T]],
-    progress: Progress,
-    json_out: bool,
-) -> T:
-    """``act`` within ``progress.deadline()``: past it, say what ``progress`` knows."""
-    try:
-        return run_with_fleet(settings, act, deadline=progress.deadline)
-    except DeadlineExceeded:
-        pass
-    limit = progress.limit
-    waited = f"no answer came within --timeout {format_age(limit)}"
-    if progress.step == "read":
-        raise unreachable(settings, waited) from None
-    if progress.step == "change" or progress.state is None:
-        raise outcome_unknown(settings, waited) from None
-    state = progress.state
-    if json_out:
-        emit_json(render.action_dict(state, None))
-    else:
-        console().print(render.action_line(state), highlight=False, markup=False)
-    raise CliError(
-        f"timed out after {format_age(limit)}: the change is made (version {state.version}) "
-        "but Redis did not answer while waiting for the replicas",
-        EXIT_TIMEOUT,
-    ) from None
-
-
-def _unconfirmed(settings: CoordinatorSettings, progress: Progress) -> str | None:
-    """The line of a change no replica confirmed in time (exit 4), or None."""
-    exc = progress.unconfirmed
-    if exc is None:
-        return None
-    counted = f"{exc.acked} of {exc.wanted} replicas" if exc.acked is not None else f"no answer: {exc.why}"
-    return (f"the change (version {exc.state.version}) was written to the Redis primary at "
-            f"{redact_url(settings.redis_url)} but not confirmed by a replica within "
-            f"{exc.timeout_s:g}s ({counted}): a failover now could lose it; check "
-            "'fleetgate status' after one")
-
-
-def report_action(
-    state: FleetState,
-    report: WaitReport | None,
-    json_out: bool,
-    changed: bool = True,
-    unconfirmed: str | None = None,
-    change: render.HoldChange | None = None,
-) -> None:
-    """Print the change (and the wait's report); exit 4 when no replica confirmed it
-    (``unconfirmed``, the line; before exit 3, which it names too), 3 when the wait ran out
-    of time."""
-    if json_out:
-        emit_json(render.action_dict(state, report, change))
-    else:
-        out = console()
-        line = render.action_line(state) if changed else (
-            f"fleet {state.fleet} is not paused (version {state.version}): nothing to resume"
-        )
-        if change is not None and change.event != "noop":
-            line = render.change_line(state, change)
-        out.print(line, highlight=False, markup=False)
-        if report is not None:
-            out.print(render.wait_table(report))
-    if unconfirmed is not None:
-        if report is not None and not report.ok:
-            unconfirmed += f"; and {render.stragglers_line(report)}"
-        raise CliError(unconfirmed, EXIT_NOT_CONFIRMED)
-    if report is not None and not report.ok:
-        raise CliError(render.stragglers_line(report), EXIT_TIMEOUT)
-
-
-__all__ = ["pause", "report_action", "resume"]
+__all__ = ["pause", "resume"]

@@ -18,16 +18,17 @@ import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Final, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, Final, TextIO
 
 import typer
 
 from coordinator.cli.exits import EXIT_NOT_CONFIRMED, CliError, usage
 from coordinator.cli.options import FleetOption, Globals, JsonOption, UrlOption
 from coordinator.cli.output import emit_json, plain
-from coordinator.cli.runner import run_with_fleet
-from coordinator.fleet.durability import BatchNotConfirmed
-from coordinator.fleet.fleet import Fleet
+
+if TYPE_CHECKING:  # loaded by the command (fleetgate --help loads no Redis)
+    from coordinator.fleet.durability import BatchNotConfirmed
+    from coordinator.fleet.fleet import Fleet
 
 MAX_COUNT: Final = 1_000_000
 ENQUEUE_BATCH: Final = 1000
@@ -94,6 +95,9 @@ def enqueue(
 ) -> None:
     """Add work items to the fleet's work stream."""
     g: Globals = ctx.obj
+    from coordinator.cli.runner import run_with_fleet
+    from coordinator.fleet.durability import BatchNotConfirmed
+
     sources = sum(1 for s in (items, count, file) if s)
     if sources != 1:
         raise usage("give items as arguments, or --count N, or --file PATH (exactly one of them)")

@@ -8,16 +8,20 @@ few at a time (``coordinator.fleet.overview``). ``--json`` prints the shape of
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
 from coordinator.cli.options import Globals, JsonOption, UrlOption
 from coordinator.cli.output import console, emit_json
-from coordinator.cli.runner import run_with_fleet
-from coordinator.fleet.fleet import Fleet
-from coordinator.fleet.overview import FLEET_READS, MAX_LISTED, Overview, read_overview
-from coordinator.render.fleets import overview_dict, overview_renderable
+
+if TYPE_CHECKING:
+    from coordinator.fleet.fleet import Fleet
+    from coordinator.fleet.overview import Overview
+
+MAX_LISTED: Final = 1000
+"""The most --limit may be: ``coordinator.fleet.overview.MAX_LISTED``, written out here because
+typer reads it at start-up, when the library (and Redis) is not loaded (a test holds them equal)."""
 
 
 def fleets(
@@ -31,6 +35,10 @@ def fleets(
 ) -> None:
     """Every fleet on this Redis: paused or running, holds, replicas, pause age, overdue."""
     g: Globals = ctx.obj
+    from coordinator.cli.runner import run_with_fleet
+    from coordinator.fleet.overview import FLEET_READS, read_overview
+    from coordinator.render.fleets import overview_dict, overview_renderable
+
     settings = g.settings(redis_url=redis_url)
 
     async def read(fleet: Fleet) -> Overview:

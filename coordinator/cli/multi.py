@@ -24,7 +24,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Final
+from typing import Any, Final
 
 import typer
 from redis.asyncio import Redis
@@ -42,6 +42,7 @@ from coordinator.cli.exits import (
     CliError,
     usage,
 )
+from coordinator.cli.options import AllFleetsOption, FleetsOption, YesOption
 from coordinator.cli.output import console, emit_json, plain
 from coordinator.cli.runner import DeadlineExceeded, Progress, _until, run_with_fleet
 from coordinator.durations import format_age
@@ -59,15 +60,6 @@ WORST_FIRST: Final = (EXIT_OUTCOME_UNKNOWN, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_N
 these that one of its fleets got (the less a status says was done, the worse it is)."""
 AT_ONCE: Final = 16
 """How many fleets' changes (and waits) run at once."""
-
-FleetsOption = Annotated[
-    list[str] | None,
-    typer.Option("--fleet", help="Fleet name (as the global option); repeat it for several."),
-]
-AllFleetsOption = Annotated[
-    bool, typer.Option("--all-fleets", help="Every fleet on this Redis (asks first, or --yes).")
-]
-YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (for --all-fleets).")]
 
 Act = Callable[[Fleet, Progress], Awaitable[tuple[Any, ...]]]
 """The single-fleet change path: ``act(fleet, progress)`` returns ``(state, report)``, then

@@ -2,6 +2,10 @@
 and the checks of what an operator types (--reason, --by, --hold, --at, durations).
 
 A bad value is a usage error: one line, exit status 2.
+
+The options' types are read by typer when it builds the command line (``fleetgate --help``
+too), so this module loads only typer at import; the checks load what they use when they run
+(the settings load pydantic, the --at parser the contract).
 """
 
 from __future__ import annotations
@@ -9,20 +13,19 @@ from __future__ import annotations
 import getpass
 import os
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
-from pydantic import ValidationError
 
 from coordinator.cli.exits import usage
 from coordinator.cli.output import plain
-from coordinator.durations import InvalidDuration, parse_duration
-from coordinator.fleet.schedule import InvalidAt, parse_at
-from coordinator.settings import CoordinatorSettings
-from replica.contract import check_by, check_reason, now_utc
-from replica.contract.holds import validate_hold
-from replica.errors import ContractError
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from pydantic import ValidationError
+
+    from coordinator.settings import CoordinatorSettings
 
 OPTION_OF: Final = {"redis_url": "--redis-url", "fleet": "--fleet", "host": "--host", "port": "--port"}
 """The command-line option of a setting (the others are FLEETGATE_* variables only)."""
@@ -37,6 +40,10 @@ class Globals:
 
     def settings(self, **overrides: Any) -> CoordinatorSettings:
         """The settings: environment, then the global options, then the command's own."""
+        from pydantic import ValidationError
+
+        from coordinator.settings import CoordinatorSettings
+
         values: dict[str, Any] = {}
         if self.redis_url is not None:
             values["redis_url"] = self.redis_url
@@ -65,11 +72,22 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (a stable, 
 # option reads it, and the command's own must not override an explicit global one with it).
 UrlOption = Annotated[str | None, typer.Option("--redis-url", help="Redis URL (as the global option).")]
 FleetOption = Annotated[str | None, typer.Option("--fleet", help="Fleet name (as the global option).")]
+# pause and resume: one fleet, several (--fleet repeated) or every one (coordinator.cli.multi)
+FleetsOption = Annotated[
+    list[str] | None,
+    typer.Option("--fleet", help="Fleet name (as the global option); repeat it for several."),
+]
+AllFleetsOption = Annotated[
+    bool, typer.Option("--all-fleets", help="Every fleet on this Redis (asks first, or --yes).")
+]
+YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (for --all-fleets).")]
 
 
 def reason_option(value: str) -> str:
     """A checked --reason (the contract's rule, as the library and the API apply it), or a
     usage error (one line, exit 2)."""
+    from replica.contract import check_reason
+
     try:
         return check_reason(value)
     except ValueError as exc:  # "reason must be ...": named as the option
@@ -86,6 +104,9 @@ def hold_option(value: str | None) -> str | None:
     """A checked --hold (the rules of a fleet name), or a usage error."""
     if value is None:
         return None
+    from replica.contract.holds import validate_hold
+    from replica.errors import ContractError
+
     try:
         return validate_hold(value)
     except ContractError as exc:
@@ -97,6 +118,9 @@ def at_option(value: str | None) -> datetime | None:
     usage error."""
     if value is None:
         return None
+    from coordinator.fleet.schedule import InvalidAt, parse_at
+    from replica.contract import now_utc
+
     try:
         return parse_at(value, now_utc())
     except InvalidAt as exc:
@@ -107,6 +131,8 @@ def duration_option(value: str | None, option: str, maximum: float | None = None
     """Seconds in a duration option (None when not given), or a usage error."""
     if value is None:
         return None
+    from coordinator.durations import InvalidDuration, parse_duration
+
     try:
         if maximum is None:
             return parse_duration(value, name=option)
@@ -118,6 +144,8 @@ def duration_option(value: str | None, option: str, maximum: float | None = None
 def operator(by: str | None) -> str:
     """--by, checked, or the OS user."""
     if by is not None:
+        from replica.contract import check_by
+
         try:
             return check_by(by)
         except ValueError as exc:
@@ -129,11 +157,14 @@ def operator(by: str | None) -> str:
 
 
 __all__ = [
+    "AllFleetsOption",
     "FleetOption",
+    "FleetsOption",
     "Globals",
     "HoldOption",
     "JsonOption",
     "UrlOption",
+    "YesOption",
     "at_option",
     "describe",
     "duration_option",

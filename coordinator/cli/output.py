@@ -4,17 +4,18 @@ stderr for a failure.
 Whatever comes from Redis is printed as text: the tables get it through ``coordinator.render``
 (markup escaped, control characters shown as escapes); the JSON keeps it whole but escapes
 every character a terminal could act on; a failure line is made printable as a whole.
+
+Rich is loaded by the first table printed, not on import: ``fleetgate --help`` needs none.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
-from coordinator.render import printable
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def plain(message: str) -> str:
@@ -24,6 +25,8 @@ def plain(message: str) -> str:
 
 def console() -> Console:
     """The console of the human output (wide enough not to wrap a table into a pipe)."""
+    from rich.console import Console
+
     return Console(width=None if sys.stdout.isatty() else 200, soft_wrap=False)
 
 
@@ -57,6 +60,8 @@ def emit_json(data: Any, *, compact: bool = False) -> None:
 
 def fail(message: str, code: int) -> int:
     """Print ``fleetgate: message`` as one printable line on stderr; returns ``code``."""
+    from coordinator.render.text import printable
+
     sys.stdout.flush()
     sys.stderr.write(f"fleetgate: {printable(plain(message))}\n")
     sys.stderr.flush()

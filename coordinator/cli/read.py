@@ -10,27 +10,28 @@ attention first; ``--json`` the summary shape (``FleetSummary.to_dict()``, as
 
 A fleet never seen on this Redis (``Fleet.known``: no state, no replicas, no audit trail, not
 in the registry) is no running fleet but a mistyped name: ``status`` (once) and ``history``
-exit 6 (``EXIT_UNKNOWN_FLEET``), as the API answers 404. ``status --watch`` waits for it."""
+exit 6 (``EXIT_UNKNOWN_FLEET``), as the API answers 404. ``status --watch`` waits for it.
+
+Typer reads the commands' options at start-up (``fleetgate --help`` too): the library, Redis
+and rich load when a command runs."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import RenderableType
 
-from coordinator import render
+from coordinator import render  # lazy: its modules load on first use
 from coordinator.cli.exits import EXIT_OK, EXIT_UNKNOWN_FLEET, CliError
 from coordinator.cli.options import FleetOption, Globals, JsonOption, UrlOption
 from coordinator.cli.output import console, emit_json
-from coordinator.cli.runner import run_with_fleet
-from coordinator.fleet.fleet import Fleet
-from coordinator.fleet.models import AuditEvent, FleetStatus
-from coordinator.fleet.overview import status_with_backlog
-from coordinator.fleet.summary import summarize
-from replica.service.shutdown import Interrupted
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from coordinator.fleet.fleet import Fleet
+    from coordinator.fleet.models import AuditEvent, FleetStatus
 
 
 def status(
@@ -48,6 +49,11 @@ def status(
 ) -> None:
     """The fleet's state, its summary and the replicas that need attention (--all: every one)."""
     g: Globals = ctx.obj
+    from coordinator.cli.runner import run_with_fleet
+    from coordinator.fleet.overview import status_with_backlog
+    from coordinator.fleet.summary import summarize
+    from replica.service.shutdown import Interrupted
+
     settings = g.settings(redis_url=redis_url, fleet=fleet)
     max_pause = settings.max_pause
     slow_ack = settings.slow_ack
@@ -81,6 +87,8 @@ def status(
         return
 
     async def watch_loop(fleet: Fleet) -> None:
+        import asyncio
+
         from rich.live import Live
 
         if json_out:
@@ -108,6 +116,8 @@ def history(
 ) -> None:
     """The audit trail: every pause, resume and restore, newest first."""
     g: Globals = ctx.obj
+    from coordinator.cli.runner import run_with_fleet
+
     settings = g.settings(redis_url=redis_url, fleet=fleet)
 
     async def read(fleet: Fleet) -> list[AuditEvent]:

@@ -1,10 +1,9 @@
 """The commands that run until stopped: ``serve`` (the HTTP API, the dashboard and /metrics)
 and ``demo``. They import the web side and the demo only when run, so that importing the CLI
-loads neither fastapi nor uvicorn."""
+loads neither fastapi nor uvicorn (nor Redis: ``fleetgate --help`` reads these signatures)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import typer
@@ -12,8 +11,6 @@ import typer
 from coordinator.cli.exits import EXIT_UNREACHABLE, CliError, usage
 from coordinator.cli.options import FleetOption, Globals, JsonOption, UrlOption
 from coordinator.cli.output import emit_json
-from coordinator.cli.runner import preflight
-from replica.errors import ConfigError
 
 
 def serve(
@@ -31,6 +28,9 @@ def serve(
 ) -> None:
     """Serve the HTTP API, the dashboard and /metrics, and watch for forgotten pauses."""
     g: Globals = ctx.obj
+    from coordinator.cli.runner import preflight
+    from replica.errors import ConfigError
+
     settings = g.settings(redis_url=redis_url, fleet=fleet, host=host, port=port)
     preflight(settings)  # a Redis that can never work (no Lua, a password it requires): exit 2
     from coordinator.web.server import serve_forever
@@ -55,6 +55,8 @@ def demo(
     """Run a real fleet (3 replicas, Redis, the API), pause it mid-run, resume, and print what
     it measured (exit 0 when every check held, 1 otherwise)."""
     if pool_only:
+        import asyncio
+
         from coordinator.demo import pooldemo
 
         if json_out:

@@ -27,45 +27,88 @@ ESC sequences cannot drive the terminal.
 
 One module per noun: ``text`` (printable, cell), ``status`` (the figures, the status shape and
 view), ``history`` (the audit trail) and ``change`` (a change and its wait report); every name
-is importable from here.
+is importable from here, loaded on first use.
 """
 
 from __future__ import annotations
 
-from coordinator.render.change import (
-    HoldChange,
-    action_dict,
-    action_line,
-    audited_change,
-    change_line,
-    describe_change,
-    hold_change,
-    stragglers_line,
-    wait_table,
-    why_not,
-)
-from coordinator.render.history import history_dict, history_table
-from coordinator.render.holds import holds_dict, holds_text, state_dict
-from coordinator.render.status import (
-    DEFAULT_MAX_PAUSE_S,
-    REPLICA_STATES,
-    ack_lag_s,
-    banner,
-    fleet_status_dict,
-    fleet_status_renderable,
-    is_overdue,
-    pause_age_s,
-    replica_state,
-    replica_table,
-    status_dict,
-    status_renderable,
-    summary,
-    summary_renderable,
-    summary_rows,
-    unacknowledged,
-    unreadable_line,
-)
-from coordinator.render.text import cell, printable
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from coordinator.render.change import (
+        HoldChange,
+        action_dict,
+        action_line,
+        audited_change,
+        change_line,
+        describe_change,
+        hold_change,
+        stragglers_line,
+        wait_table,
+        why_not,
+    )
+    from coordinator.render.history import history_dict, history_table
+    from coordinator.render.holds import holds_dict, holds_text, state_dict
+    from coordinator.render.status import (
+        DEFAULT_MAX_PAUSE_S,
+        REPLICA_STATES,
+        ack_lag_s,
+        banner,
+        fleet_status_dict,
+        fleet_status_renderable,
+        is_overdue,
+        pause_age_s,
+        replica_state,
+        replica_table,
+        status_dict,
+        status_renderable,
+        summary,
+        summary_renderable,
+        summary_rows,
+        unacknowledged,
+        unreadable_line,
+    )
+    from coordinator.render.text import cell, printable
+
+# Loaded on first use: ``coordinator.render.text`` alone (the CLI's failure line) loads neither
+# the library nor Redis, and ``fleetgate --help`` loads none of these.
+_LAZY: dict[str, str] = {
+    "DEFAULT_MAX_PAUSE_S": "coordinator.render.status",
+    "HoldChange": "coordinator.render.change",
+    "REPLICA_STATES": "coordinator.render.status",
+    "ack_lag_s": "coordinator.render.status",
+    "action_dict": "coordinator.render.change",
+    "action_line": "coordinator.render.change",
+    "audited_change": "coordinator.render.change",
+    "banner": "coordinator.render.status",
+    "cell": "coordinator.render.text",
+    "change_line": "coordinator.render.change",
+    "describe_change": "coordinator.render.change",
+    "fleet_status_dict": "coordinator.render.status",
+    "fleet_status_renderable": "coordinator.render.status",
+    "history_dict": "coordinator.render.history",
+    "history_table": "coordinator.render.history",
+    "hold_change": "coordinator.render.change",
+    "holds_dict": "coordinator.render.holds",
+    "holds_text": "coordinator.render.holds",
+    "is_overdue": "coordinator.render.status",
+    "pause_age_s": "coordinator.render.status",
+    "printable": "coordinator.render.text",
+    "replica_state": "coordinator.render.status",
+    "replica_table": "coordinator.render.status",
+    "state_dict": "coordinator.render.holds",
+    "status_dict": "coordinator.render.status",
+    "status_renderable": "coordinator.render.status",
+    "stragglers_line": "coordinator.render.change",
+    "summary": "coordinator.render.status",
+    "summary_renderable": "coordinator.render.status",
+    "summary_rows": "coordinator.render.status",
+    "unacknowledged": "coordinator.render.status",
+    "unreadable_line": "coordinator.render.status",
+    "wait_table": "coordinator.render.change",
+    "why_not": "coordinator.render.change",
+}
 
 __all__ = [
     "DEFAULT_MAX_PAUSE_S",
@@ -103,3 +146,16 @@ __all__ = [
     "wait_table",
     "why_not",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'coordinator.render' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

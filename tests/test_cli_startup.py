@@ -1,0 +1,103 @@
+"""What ``fleetgate`` loads to start: each command only what it uses.
+
+Typer reads every command's signature to build the command line, so the command modules import
+typer and the option checks only, and each command loads the library, Redis, pydantic and rich
+when it runs. Checked in a fresh interpreter (``sys.modules`` after the command), never by
+timing: ``bench/startup.py`` measures the time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coordinator.cli.app import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+COMMANDS = ("pause", "resume", "status", "history", "fleets", "enqueue", "serve", "demo")
+
+# What a command line that runs no Redis work never needs: the library (and Redis), the
+# settings (pydantic-settings), the tables (rich), the event loop, the web side. (pydantic
+# itself is typer's, from 0.29: it coerces a command's parameters with it, so it loads once
+# a command's options are read, never for ``fleetgate --help``.)
+NOT_FOR_PARSING = (
+    "redis", "pydantic_settings", "rich", "asyncio", "fastapi", "uvicorn",
+    "coordinator.fleet", "coordinator.settings", "coordinator.render.status",
+    "coordinator.render.change", "coordinator.cli.runner", "coordinator.cli.changing",
+    "coordinator.cli.multi", "replica.control", "replica.service",
+)
+
+
+def _fleetgate(*argvs: list[str], env: dict[str, str] | None = None) -> tuple[list[int], set[str], str, str]:
+    """Run ``main(argv)`` for each ``argv`` in one fresh interpreter: (exit statuses, the
+    modules loaded after them, stdout, stderr)."""
+    code = (
+        "import json, sys\n"
+        "from coordinator.cli.app import main\n"
+        f"codes = [main(argv) for argv in {list(argvs)!r}]\n"
+        "sys.stdout.write('\\n' + json.dumps([codes, sorted(sys.modules)]) + '\\n')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         timeout=60, check=True, env=env)
+    *printed, last = out.stdout.rstrip("\n").split("\n")
+    codes, modules = json.loads(last)
+    return codes, set(modules), "\n".join(printed), out.stderr
+
+
+def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(n for n in names if any(m == n or m.startswith(n + ".") for m in modules))
+
+
+def test_fleetgate_help_lists_every_command_and_loads_no_redis_pydantic_or_rich() -> None:
+    codes, modules, out, _ = _fleetgate(["--help"])
+    assert codes == [0]
+    assert all(f"  {command} " in out for command in COMMANDS), out
+    assert _loaded(modules, (*NOT_FOR_PARSING, "pydantic")) == []
+
+
+def test_each_commands_help_loads_no_redis_pydantic_or_rich() -> None:
+    codes, modules, out, _ = _fleetgate(*([command, "--help"] for command in COMMANDS))
+    assert codes == [0] * len(COMMANDS)
+    assert "--reason" in out and "--all-fleets" in out and "--interval" in out  # the options
+    assert _loaded(modules, NOT_FOR_PARSING) == []
+
+
+def test_a_usage_error_is_one_line_and_exit_2_without_loading_redis() -> None:
+    codes, modules, _, err = _fleetgate(["no-such-command"], ["status", "--interval", "0"])
+    assert codes == [2, 2]
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("fleetgate: ") for line in lines), err
+    assert "No such command" in lines[0] and "--interval" in lines[1]
+    # (the failure line is made printable by coordinator.render.text, which loads rich.text)
+    assert _loaded(modules, tuple(n for n in NOT_FOR_PARSING if n != "rich")) == []
+
+
+def test_status_loads_neither_the_change_commands_nor_the_web_side(
+    capsys: pytest.CaptureFixture[str], env: None, redis_url: str, fleet_name: str
+) -> None:
+    assert main(["pause", "--reason", "start-up"]) == 0  # a fleet that exists
+    capsys.readouterr()
+    environ = {**os.environ, "FLEETGATE_REDIS_URL": redis_url, "FLEETGATE_FLEET": fleet_name}
+    codes, modules, out, err = _fleetgate(["status"], env=environ)
+    assert codes == [0], err
+    assert out.split()[:3] == ["PAUSED", "fleet", fleet_name], out
+    assert _loaded(modules, (
+        "coordinator.cli.multi", "coordinator.cli.changing", "coordinator.render.change",
+        "coordinator.render.history", "coordinator.web", "coordinator.notify",
+        "coordinator.demo", "fastapi", "uvicorn", "starlette",
+    )) == []
+
+
+def test_the_fleets_limit_typer_reads_is_the_overviews_maximum() -> None:
+    """``fleets --limit`` is bounded at start-up, before the library is loaded: by a copy of
+    ``coordinator.fleet.overview.MAX_LISTED`` that must stay equal to it."""
+    from coordinator.cli.fleets import MAX_LISTED
+    from coordinator.fleet.overview import MAX_LISTED as LIBRARY_MAX
+
+    assert MAX_LISTED == LIBRARY_MAX
