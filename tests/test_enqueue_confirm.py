@@ -9,7 +9,10 @@ On a real Sentinel group (``tests.topology``): the Redis replica is frozen (SIGS
 replication link filled (``tests.failoverkit.starve_replicas``), so the batch stays in the
 primary's memory; the primary is then killed and the frozen node promoted: the batch the
 producer was told is unconfirmed is indeed gone, while a confirmed batch survives the same
-failover. Whether ``WAIT`` was sent is read from the server's ``INFO commandstats``.
+failover. During a ``SENTINEL FAILOVER`` the old primary, its replica promoted away and itself
+not yet demoted, shows no replicas: it is waited on all the same (the chaos run found that it
+took writes without ``WAIT`` that its demotion then discarded), where a master alone because
+its replica died is not. Whether ``WAIT`` was sent is read from the server's ``INFO commandstats``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
+from bench.redisnode import wait_for
 from coordinator.demo.localredis import LocalRedis
 from coordinator.fleet.durability import BatchNotConfirmed, Unconfirmed
 from coordinator.fleet.fleet import Fleet
@@ -112,6 +116,56 @@ def test_fleetgate_enqueue_on_a_sentinel_group_with_a_frozen_replica_exits_4_wit
     assert "not confirmed by a replica" in line and "0 not sent" in line
     assert out == ""
     assert len(entries_on(sentinel_group.master(), Keys(fleet_name).work)) == 3
+
+
+async def test_a_batch_the_old_primary_takes_during_a_sentinel_failover_is_not_confirmed(
+    sentinel_group: SentinelGroup, fleet_name: str
+) -> None:
+    """``SENTINEL FAILOVER``: the replica is promoted, and for some seconds the old primary,
+    not yet demoted, still answers as a master with no replicas, to the connections it had.
+    What it takes then its demotion discards: it must not read as a standalone server's
+    write (no ``WAIT``), but be reported unconfirmed, and it is indeed lost."""
+    keys = Keys(fleet_name)
+    old = sentinel_group.master()
+    (promoted,) = sentinel_group.replica_nodes()
+    redis = connect(sentinel_group.url, decode_responses=True)
+    try:
+        await Fleet(redis, fleet_name).enqueue(items(1, "warm"))  # a connection to the old one
+        sentinel = sentinel_group.sentinels[0]
+        with sentinel.client() as c:
+            c.execute_command("SENTINEL", "FAILOVER", sentinel_group.SERVICE)
+
+        def split() -> bool | None:
+            both = (promoted.info("replication").get("role"), old.info("replication").get("role"))
+            return True if both == ("master", "master") else None
+
+        await asyncio.to_thread(wait_for, "the replica promoted, the old primary not yet demoted",
+                                split, 30.0)
+        fleet = Fleet(redis, fleet_name, min_replicas_timeout=SHORT)  # nothing remembered
+        with pytest.raises(BatchNotConfirmed) as caught:
+            await fleet.enqueue(items(3, "split"))
+        assert caught.value.acked == 0
+        new = await asyncio.to_thread(sentinel_group.wait_for_failover, old)
+    finally:
+        await redis.aclose()
+    assert new is promoted
+    assert not set(caught.value.ids) & set(entries_on(new, keys.work))  # what it lost
+
+
+async def test_a_sentinel_primary_alone_after_its_replica_died_is_not_waited_on(
+    sentinel_group: SentinelGroup, fleet_name: str
+) -> None:
+    """The master every sentinel names, with no failover in progress and its replica dead,
+    has no replica a failover could promote: as a standalone server, it is not waited on."""
+    (replica,) = sentinel_group.replica_nodes()
+    replica.kill()
+    redis = connect(sentinel_group.url, decode_responses=True)
+    try:
+        ids = await Fleet(redis, fleet_name, min_replicas_timeout=SHORT).enqueue(items(2, "a"))
+    finally:
+        await redis.aclose()
+    assert len(ids) == 2
+    assert waits(sentinel_group.master().url) == 0
 
 
 # ---------------------------------------------------------------------------- a primary and its replica

@@ -8,7 +8,11 @@ connected:
 
 * whether it has any is read with ``ROLE`` on that connection (one round trip, remembered for
   ``REPLICAS_CACHE_S``; a server that refuses ``ROLE`` is waited on all the same). A standalone
-  server without replicas is never waited on: ``WAIT`` would block its whole timeout there;
+  server without replicas is never waited on: ``WAIT`` would block its whole timeout there.
+  A primary reached through Sentinel that shows no replicas is waited on all the same unless
+  every sentinel that answers names it as the master with no failover in progress: during a
+  ``SENTINEL FAILOVER`` (or a partition) the old primary, its replica promoted away and itself
+  not yet demoted (about ten seconds here), takes writes that the demotion then discards;
 * ``WAIT`` answering fewer replicas than asked (or not answering) does not undo anything: the
   change is made on the primary and published. ``Confirmation.check`` then raises
   ``NotConfirmed``, which carries the state, for the caller to say so (the CLI exits 4, the API
@@ -31,6 +35,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
+from redis.asyncio.sentinel import SentinelManagedConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
@@ -129,7 +134,8 @@ class Durability:
 
     async def replicas(self, conn: Any) -> int | None:
         """Replicas connected to the server of ``conn`` (``ROLE``, remembered for a moment);
-        None when it cannot be told."""
+        None when it cannot be told, or when a Sentinel primary without replicas is not the
+        master every sentinel names, or is being failed over (``_named_alone``)."""
         if self._role_refused:
             return None
         if time.monotonic() - self._seen_at < REPLICAS_CACHE_S:
@@ -144,6 +150,9 @@ class Durability:
                         "none", exc, self.min_replicas_ack)
             return None
         count = len(reply[2]) if text(reply[0]) == "master" and len(reply) > 2 else None
+        if count == 0 and isinstance(conn, SentinelManagedConnection) \
+                and not await _named_alone(conn):
+            count = None  # a primary a failover is replacing: what it takes is lost
         self._replicas, self._seen_at = count, time.monotonic()
         return count
 
@@ -202,6 +211,31 @@ class Confirmation:
                     self.rule.timeout_s)
         raise BatchNotConfirmed(fleet, ids, self.acked, self.rule.min_replicas_ack,
                                 self.rule.timeout_s, self.why)
+
+
+async def _named_alone(conn: Any) -> bool:
+    """Every sentinel that answers names ``conn``'s server as the master, with no failover in
+    progress (``SENTINEL MASTER``). A sentinel that does not answer is passed over; none
+    answering is False (wait: it cannot be told)."""
+    pool = getattr(conn, "connection_pool", None)
+    manager = getattr(pool, "sentinel_manager", None)
+    service = getattr(pool, "service_name", None)
+    if manager is None or service is None:
+        return False
+    here = (str(conn.host), int(conn.port))
+    answered = False
+    for sentinel in manager.sentinels:
+        try:
+            state = await sentinel.sentinel_master(service)
+        except (RedisError, OSError, TimeoutError):
+            continue
+        answered = True
+        flags = state.get("flags", "")
+        named = (str(state.get("ip")), int(state.get("port", 0)))
+        if named != here or "failover_in_progress" in str(flags) \
+                or not state.get("is_master", True):
+            return False
+    return answered
 
 
 async def write_confirmed(
