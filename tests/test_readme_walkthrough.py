@@ -13,7 +13,8 @@ each run of lines between ``...`` lines as consecutive lines; a sample line star
 ``fleetgate: `` is the one line a refusal prints on stderr, and is looked for there. Both sides
 are normalised first, only for what varies from run to run (``normalise``): ISO 8601 times read
 ``<time>``; durations in parentheses (``(6s ago)``, ``(+16ms)``, ``(3s)``) read ``(<dur>)``;
-"N in flight, M queued" and the counts of a replica's row (``orders-1 running v0 4 0 ...``, its
+"N in flight, M queued", the backlog line's counts (and its oldest entry's age), and the
+counts of a replica's row (``orders-1 running v0 4 0 ...``, its
 in-flight and queued columns) read ``N``; the test's fleet name reads ``orders`` and this
 machine's host name ``vm``; runs of spaces read one space (column widths follow the values).
 Versions, actions, holds, reasons, who, replica ids and every word stay as printed.
@@ -74,6 +75,8 @@ def sample_outputs(text: str | None = None) -> list[tuple[int, str]]:
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
 DURATION = re.compile(r"\(\+?\d+(?:\.\d+)?(?:ms|[smhd])(?:\d+[smhd])*(?: ago)?\)")
 COUNTS = re.compile(r"\b\d+ in flight, \d+ queued\b")
+BACKLOG = re.compile(r"\bbacklog (?:\d+|unknown) waiting(?: \(oldest [^)]*\))?, (?:\d+|unknown) "
+                     r"pending, (?:\d+|unknown) dead letters")
 REPLICA_ROW = re.compile(r"^orders-\d+ ")
 
 
@@ -83,6 +86,7 @@ def normalise(line: str, fleet: str = "orders", host: str = "vm") -> str:
         line = re.sub(rf"(?<![\w-]){re.escape(fleet)}(?![\w-])", "orders", line)
     line = DURATION.sub("(<dur>)", TIME.sub("<time>", line))
     line = COUNTS.sub("N in flight, N queued", line)
+    line = BACKLOG.sub("backlog N waiting, N pending, N dead letters", line)
     words = line.split()
     if REPLICA_ROW.match(line):
         words = ["N" if w.isdigit() else "vm" if w == host else w for w in words]
