@@ -18,6 +18,7 @@ its scripting engine; a Redis whose ``SCRIPT`` is renamed away) is refused at co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import ssl
@@ -199,6 +200,15 @@ def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+async def _closed(writer: asyncio.StreamWriter) -> None:
+    """Close a probe's connection and wait (bounded) until its socket is really closed, so no
+    transport outlives the probe, whatever the loop does next."""
+    writer.close()
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            await writer.wait_closed()
+
+
 async def _speaks_plain(host: str, port: int) -> bool:
     """The port answers a plain ``PING`` as Redis does (``+PONG`` or an ``-ERR``/``-NOAUTH``)."""
     try:
@@ -209,7 +219,7 @@ async def _speaks_plain(host: str, port: int) -> bool:
                 await writer.drain()
                 line = await reader.readline()
             finally:
-                writer.close()
+                await _closed(writer)
     except asyncio.CancelledError:
         raise
     except (OSError, TimeoutError):
@@ -225,7 +235,7 @@ async def _speaks_tls(host: str, port: int) -> bool:
     try:
         async with asyncio.timeout(PROBE_TIMEOUT_S):
             _, writer = await asyncio.open_connection(host, port, ssl=context)
-            writer.close()
+            await _closed(writer)
     except asyncio.CancelledError:
         raise
     except (OSError, TimeoutError, ssl.SSLError):
@@ -247,7 +257,7 @@ async def _wants_client_certificate(host: str, port: int) -> bool:
                 await writer.drain()
                 await reader.readline()
             finally:
-                writer.close()
+                await _closed(writer)
     except asyncio.CancelledError:
         raise
     except ssl.SSLError as exc:
