@@ -60,9 +60,10 @@ chaos: $(STAMP)
 	$(PY) -m bench.chaos --duration 600
 
 # The 60 s run of `make test`: its seed comes from the commit (git rev-parse HEAD, or the time
-# outside a git checkout) and is printed, so a failure can be replayed with --seed N.
+# outside a git checkout) and is printed, so a failure can be replayed with --seed N; the seed
+# also chooses the topology (single, sentinel or cluster: each in turn, commit by commit).
 chaos-ci: $(STAMP)
-	$(PY) -m bench.chaos --seed commit --duration 60
+	$(PY) -m bench.chaos --seed commit --topology seed --duration 60
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

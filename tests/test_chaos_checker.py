@@ -525,3 +525,76 @@ def test_a_resume_refused_for_its_holds_may_exit_2_and_a_usage_error_may_not() -
     assert broken_rules(check(events)) == []
     resume["stderr"] = "fleetgate: --hold and --all cannot be combined\n"  # a usage error
     assert broken_rules(check(events)) == [7]
+
+
+# ---------------------------------------------------------------------------- failovers (issue 20)
+
+
+def unconfirmed(item: str, at: float) -> dict[str, Any]:
+    """An item the primary took that no Redis replica confirmed (``BatchNotConfirmed``)."""
+    return ev("enqueue-unconfirmed", at, t0=T + at - 0.01, item=item, kind="ok",
+              entry=f"{item}-0", acked=0)
+
+
+def test_an_item_no_replica_confirmed_that_a_failover_lost_is_counted_apart_not_lost() -> None:
+    events = [*clean(), unconfirmed("i4", 3.5),
+              *fault(1, "lossy-failover", "redis", 3.3, 3.9)]
+    result = check(events)
+    assert broken_rules(result) == [] and result.lost == 0
+    assert (result.unconfirmed_enqueues, result.unconfirmed_lost) == (1, 1)
+    assert "| enqueues no replica confirmed (a failover may lose them) | 1 |" in \
+        "\n".join(table(result))
+
+
+def test_an_item_confirmed_by_a_replica_that_a_failover_lost_breaks_rule_3() -> None:
+    events = [*clean(), enqueued("i4", 3.5), *fault(1, "lossy-failover", "redis", 3.3, 3.9)]
+    result = check(events)
+    assert broken_rules(result) == [3] and result.lost == 1
+
+
+def test_an_unconfirmed_item_done_twice_without_a_cause_still_breaks_rule_3() -> None:
+    events = [*clean(), unconfirmed("i4", 3.5), start("i4", "r1", 11, 3.6, 2),
+              end("i4", "r1", 11, 3.65), start("i4", "r2", 12, 3.8, 2),
+              end("i4", "r2", 12, 3.85)]
+    assert broken_rules(check(events)) == [3]
+
+
+@pytest.mark.parametrize("kind", ["primary-kill", "failover", "lossy-failover", "shard-kill"])
+def test_a_duplicate_across_a_failover_is_a_lost_acknowledgement(kind: str) -> None:
+    result = check(duplicated(*fault(1, kind, "redis", 1.3, 3.0)))
+    assert 3 not in broken_rules(result) and result.duplicates["lost-ack"] == 1
+
+
+def test_a_sentinel_killed_explains_no_duplicate() -> None:
+    result = check(duplicated(*fault(1, "sentinel-kill", "sentinel", 1.3, 3.0)))
+    assert broken_rules(result) == [3]
+
+
+def test_a_late_apply_during_a_failover_is_excused_and_after_a_sentinel_kill_is_not() -> None:
+    def late(*extra: dict[str, Any]) -> list[dict[str, Any]]:
+        events = [*clean(), *extra]
+        find(events, "record", replica="r2", applied_version=2).update(applied_at=T + 3.9)
+        return events
+
+    assert 2 not in broken_rules(check(late(*fault(1, "failover", "redis", 2.9, 3.2))))
+    assert 2 in broken_rules(check(late(*fault(1, "sentinel-kill", "sentinel", 2.9, 3.2))))
+
+
+def test_a_cli_change_no_replica_confirmed_may_exit_4() -> None:
+    events = clean()
+    find(events, "op", action="resume").update(
+        exit=4, result="unconfirmed",
+        stderr="fleetgate: the change ... not confirmed by a replica within 1s (0 of 1)")
+    assert broken_rules(check(events)) == []
+
+
+def test_an_unconfirmed_last_action_a_failover_lost_settles_on_the_state_redis_kept() -> None:
+    events = clean()
+    find(events, "op", action="resume").update(result="unconfirmed", exit=4)
+    snap = find(events, "settled")
+    snap["state"].update(version=1, paused=True, effectively_paused=True)
+    for rep in snap["replicas"]:
+        rep.update(applied_version=1, fleet_held=True)
+    assert 5 not in broken_rules(check(copy.deepcopy(events)))
+    find(events, "op", action="resume").update(result="ok", exit=0)
+    assert 5 in broken_rules(check(events))  # a confirmed one must be what it settles on

@@ -19,10 +19,21 @@ import pytest
 import redis.asyncio as aioredis
 
 from bench.chaos.__main__ import main as chaos_main
-from bench.chaos.faults import KINDS, TAIL_S, _busy_key, draw_schedule
+from bench.chaos.faults import (
+    FAILOVER,
+    KINDS,
+    LOSSY_FAILOVER,
+    PRIMARY_KILL,
+    SENTINEL_KILL,
+    SHARD_KILL,
+    TAIL_S,
+    _busy_key,
+    draw_schedule,
+    kinds_for,
+)
 from bench.chaos.handler import HISTORY_ENV, ToldToFail, handle
 from bench.chaos.history import read_history, read_lines
-from bench.chaos.settings import ChaosSettings
+from bench.chaos.settings import TOPOLOGIES, ChaosSettings, topology_of_seed
 from replica.contract import Keys
 from replica.service.handlers import HandlerContext, use_context
 from tests.procs import Processes
@@ -30,7 +41,7 @@ from tests.procs import Processes
 REPO = Path(__file__).resolve().parents[1]
 RUN_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 LAST_LINE = re.compile(
-    r"chaos: seed=\d+ duration=\d+s topology=single faults=\d+ items=\d+ lost=\d+ "
+    r"chaos: seed=\d+ duration=\d+s topology=(single|sentinel|cluster) faults=\d+ items=\d+ lost=\d+ "
     r"starts-after-apply=\d+ duplicates=\d+ \(explained \d+\) wait-lies=\d+: (ok|failed)"
 )
 
@@ -51,8 +62,8 @@ def started_pids(history: list[dict[str, Any]]) -> set[int]:
     """Every replica and Redis process the run says it started."""
     pids = {int(e["pid"]) for e in history if e["ev"] == "spawn"}
     pids |= {int(e["pid"]) for e in history if e["ev"] == "start" and e.get("pid")}
-    pids |= {int(e["pid"]) for e in history
-             if e["ev"] == "fault-end" and e.get("kind") == "redis-restart" and e.get("pid")}
+    pids |= {int(e["pid"]) for e in history  # Redis, a Redis node or a sentinel started again
+             if e["ev"] == "fault-end" and e.get("pid")}
     return pids
 
 
@@ -146,13 +157,32 @@ async def test_an_item_told_to_hang_runs_past_its_timeout_until_cut_off(
 # ---------------------------------------------------------------------------- the command line
 
 
-@pytest.mark.parametrize("topology", ["sentinel", "cluster"])
-def test_the_high_availability_topologies_are_refused_in_one_line(topology: str) -> None:
-    done = subprocess.run(chaos_command("--topology", topology, "--duration", "5"), cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr == (f"chaos: topology {topology}: not available until the "
-                           "high-availability issue lands\n")
+def test_help_offers_the_three_topologies_and_the_seeds_choice() -> None:
+    done = subprocess.run(chaos_command("--help"), cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    assert "not available" not in text
+    for word in ("single (one Redis)", "sentinel (a Sentinel group", "cluster (three primaries",
+                 "or seed"):
+        assert word in text
+
+
+def test_the_seed_chooses_each_topology_in_turn() -> None:
+    assert [topology_of_seed(n) for n in range(6)] == [*TOPOLOGIES, *TOPOLOGIES]
+
+
+@pytest.mark.parametrize(("topology", "own"), [("sentinel", SENTINEL_KILL),
+                                               ("cluster", SHARD_KILL)])
+@pytest.mark.parametrize("seed", range(10))
+def test_a_60_second_replicated_schedule_meets_every_failover_and_no_single_server_fault(
+    topology: str, own: str, seed: int
+) -> None:
+    schedule = draw_schedule(ChaosSettings(seed=seed, duration=60, topology=topology))
+    kinds = {f.kind for f in schedule}
+    assert kinds == set(kinds_for(ChaosSettings(seed=seed, duration=60, topology=topology)))
+    assert {PRIMARY_KILL, FAILOVER, LOSSY_FAILOVER, own} <= kinds
+    assert not kinds & {"redis-restart", "link"}
 
 
 @pytest.mark.parametrize("args", [["--duration", "soon"], ["--seed", "-3"],
@@ -224,3 +254,28 @@ async def test_a_run_stopped_by_sigterm_stops_every_process_it_started(
     assert history[-1]["ev"] == "run-end" and history[-1]["phase"] == "chaos"
     pids = started_pids(history)
     assert len(pids) >= 3 and all(gone(pid) for pid in pids)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("topology", ["sentinel", "cluster"])
+async def test_a_short_replicated_run_meets_its_failovers_and_leaves_no_process(
+    topology: str, tmp_path: Path, processes: Processes
+) -> None:
+    proc = await processes.start_async(
+        chaos_command("--seed", "5", "--duration", "25", "--replicas", "2", "--rate", "20",
+                      "--topology", topology, "--workdir", str(tmp_path)),
+        env=RUN_ENV, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 280)
+    out = stdout.decode().strip().splitlines()
+    assert out[0].endswith(f"topology {topology}"), out[0]
+    assert LAST_LINE.fullmatch(out[-1]) and f"topology={topology}" in out[-1], out[-1]
+    history = read_history(tmp_path / "history")
+    assert history[-1]["ev"] == "run-end" and history[-1]["phase"] == "done", stderr.decode()
+    ended = [e for e in history if e["ev"] == "fault-end"
+             and e["kind"] in (PRIMARY_KILL, FAILOVER, LOSSY_FAILOVER)]
+    assert ended and all("new" in e and "error" not in e for e in ended), ended
+    pids = started_pids(history)
+    assert len(pids) >= 5 and all(gone(pid) for pid in pids)

@@ -1,7 +1,8 @@
 """``python -m bench.chaos``: a chaos run, its check, the table and the last line.
 
     python -m bench.chaos --seed 7 --duration 600 --replicas 3 --topology single
-    python -m bench.chaos --seed commit --duration 60      # the seed of `make test`
+    python -m bench.chaos --seed commit --topology seed --duration 60   # `make test`'s run
+    python -m bench.chaos --seed 7 --duration 600 --topology sentinel    # failovers too
     python -m bench.chaos --check /tmp/fleetgate-chaos-7-x/history   # check a kept history
 
 Exit status: 0 when every rule held, 1 when one broke (or the run could not complete), 2 for
@@ -25,12 +26,13 @@ from bench.chaos.checker import check
 from bench.chaos.history import read_history
 from bench.chaos.report import last_line, table
 from bench.chaos.runner import ChaosRun
-from bench.chaos.settings import SINGLE, TOPOLOGIES, UNAVAILABLE, ChaosSettings
+from bench.chaos.settings import SINGLE, TOPOLOGIES, ChaosSettings, topology_of_seed
 from replica.service.shutdown import RECANCEL_EVERY_S
 
 EXIT_OK = 0
 EXIT_BROKEN = 1
 EXIT_USAGE = 2
+SEED_TOPOLOGY = "seed"
 SLACK_S = 400.0
 """How far past ``--duration`` a run may go (setup, settling, draining, stopping) before it is
 cut off."""
@@ -84,7 +86,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=_positive, default=600.0,
                    help="seconds of chaos (default 600)")
     p.add_argument("--replicas", type=int, default=3, help="replicas (default 3)")
-    p.add_argument("--topology", default=SINGLE, help="single|sentinel|cluster")
+    p.add_argument("--topology", default=SINGLE,
+                   help="single (one Redis), sentinel (a Sentinel group: a primary, a replica, "
+                        "three sentinels), cluster (three primaries, three replicas), or seed "
+                        "(one of the three, chosen by the seed: make test's run covers each "
+                        "in turn)")
     p.add_argument("--rate", type=_positive, default=40.0, help="items enqueued per second")
     p.add_argument("--workdir", type=Path, default=None,
                    help="where the history and logs go (default: a temporary directory)")
@@ -139,12 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("bench").setLevel(logging.WARNING)  # the product's warnings are expected
     if args.check is not None:
         return _check_only(args.check, args.strict)
-    if args.topology not in TOPOLOGIES:
-        print(f"chaos: unknown topology {args.topology!r} (single, sentinel or cluster)",
+    if args.topology not in (*TOPOLOGIES, SEED_TOPOLOGY):
+        print(f"chaos: unknown topology {args.topology!r} (single, sentinel, cluster or seed)",
               file=sys.stderr)
-        return EXIT_USAGE
-    if args.topology != SINGLE:
-        print(f"chaos: topology {args.topology}: {UNAVAILABLE}", file=sys.stderr)
         return EXIT_USAGE
     if not 1 <= args.replicas <= 20:
         print("chaos: --replicas must be between 1 and 20", file=sys.stderr)
@@ -155,8 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         seed, origin = commit_seed()
     else:
         seed, origin = args.seed, "--seed"
+    topology = topology_of_seed(seed) if args.topology == SEED_TOPOLOGY else args.topology
+    args.topology = topology
     print(f"chaos: seed={seed} (from {origin}), duration {args.duration:g}s, "
-          f"{args.replicas} replicas, topology {args.topology}", flush=True)
+          f"{args.replicas} replicas, topology {topology}", flush=True)
     settings = ChaosSettings(seed=seed, duration=args.duration, replicas=args.replicas,
                              topology=args.topology, rate=args.rate, workdir=args.workdir,
                              keep=args.keep)

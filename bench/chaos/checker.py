@@ -47,12 +47,17 @@ from collections.abc import Iterable
 from typing import Final
 
 from bench.chaos.exits import check_exits, count_operator
+from bench.chaos.faults import HA_FAILOVERS
 from bench.chaos.history import Event
-from bench.chaos.timeline import Change, Life, Run, Timeline
+from bench.chaos.timeline import FLEET_WIDE, Change, Life, Run, Timeline
 from bench.chaos.verdict import KNOWN, RULES, CheckResult, RuleResult
 
 SLACK_S: Final = 0.1
 """Rule 2's allowance beyond ``poll_interval``."""
+FAILOVER_SETTLE_S: Final = 3.0
+"""After a failover's window (it ends once the new primary serves), how long a replica may take
+to reach it: its connections to the old one break or are refused (READONLY, MOVED), and it
+asks the sentinels or the slots again."""
 TIME_TOLERANCE_S: Final = 0.002
 """Times written with millisecond precision are up to 1 ms early."""
 def _fmt_t(t: float, t0: float) -> str:
@@ -115,6 +120,8 @@ class Checker:
         """How long after a fault a replica may take to be up and connected again."""
         if kind == "redis-restart":
             return 2 * self.poll + 1.0
+        if kind in HA_FAILOVERS:  # the window ends once failed over; clients find the new one
+            return 2 * self.poll + FAILOVER_SETTLE_S
         if kind == "link":
             delay = params.get("delay")
             return self.poll + 1.0 + (float(delay) if isinstance(delay, int | float) else 0.0)
@@ -170,20 +177,28 @@ class Checker:
         held, unknown = self._wiped()
         result.items = len(tl.enqueued)
         result.unknown_enqueues = len(tl.unknown_enqueues)
-        for item, enq in tl.enqueued.items():
-            r.checked += 1
+        result.unconfirmed_enqueues = len(tl.unconfirmed)
+        confirmed = [(item, enq, True) for item, enq in tl.enqueued.items()]
+        unconfirmed = [(item, enq, False) for item, enq in tl.unconfirmed.items()]
+        for item, enq, told in confirmed + unconfirmed:
             runs = tl.runs.get(item, [])
             completions = sorted((x for x in runs if x.outcome == "ok"), key=lambda x: x.start)
             letters = [d for d in tl.dead.get(item, []) if d.get("error")]
-            if completions:
+            if not told:  # the producer was told it may be lost: only its duplicates count
+                result.unconfirmed_lost += not completions and not letters
+            elif completions:
+                r.checked += 1
                 result.done += 1
             elif letters:
+                r.checked += 1
                 result.dead += 1
                 result.dead_ok += enq.get("kind", "ok") == "ok"
             elif item in held or any(float(enq.get("t0") or enq["t"]) <= w for w in unknown) \
                     or self._after_the_last_read(enq):
+                r.checked += 1
                 result.forgotten += 1
             else:
+                r.checked += 1
                 result.lost += 1
                 r.fail(f"item {item} (enqueued at {self.at(float(enq['t']))}) was never done "
                        f"nor dead-lettered ({len(runs)} runs started)")
@@ -240,7 +255,7 @@ class Checker:
                 return "freeze"
         x_end = x.end if x.end is not None else x.start
         for w in tl.windows:
-            if w.kind == "redis-restart" or (
+            if w.kind in FLEET_WIDE or (
                     w.kind == "link" and w.params.get("mode") in ("drop", "blackhole")
                     and w.target in (x.replica, y.replica)):
                 if w.overlaps(min(x.start, x_end), y.start, self.settle(w.kind, w.params)):
@@ -267,11 +282,13 @@ class Checker:
 
     def last_action(self, before: float) -> tuple[Change | None, bool]:
         """The state of the last operator action before ``before`` and whether the audit trail
-        says ``restore`` after it."""
+        says ``restore`` after it, or that the action was never confirmed by a Redis replica
+        (a failover may have lost it: then the state hash is the judge, as after a restore)."""
         tl = self.tl
         best: Change | None = None
+        unconfirmed = False
         for op in tl.ops:
-            if op.get("result") not in ("ok", "unknown", "cancelled") or \
+            if op.get("result") not in ("ok", "unknown", "cancelled", "unconfirmed") or \
                     float(op["t"]) > before:
                 continue
             lo, hi = float(op.get("t0") or op["t"]), float(op["t"])
@@ -282,8 +299,11 @@ class Checker:
                         and abs(float(op["changed_at"]) - change.changed_at) < 0.001):
                     if best is None or change.changed_at >= best.changed_at:
                         best = change
+                        unconfirmed = op.get("result") == "unconfirmed"
         if best is None:
             return None, False
+        if unconfirmed:
+            return best, True
         restored = any(a.get("action") == "restore" and a.get("at") is not None
                        and float(a["at"]) > best.changed_at and float(a["t"]) <= before
                        for a in tl.audits)

@@ -1,7 +1,9 @@
 """Rule 7 of the checker, **exits**, and the operator's calls counted by kind.
 
 No process exits non-zero unless the schedule killed it; the CLI exits with a documented status
-(0, 1, 3, 5), never a traceback. Exit 2 is a documented status too for one kind of call: a
+(0, 1, 3, 4, 5), never a traceback (4: the change is made on the primary, no Redis replica
+confirmed it in time: a failover, or a replica frozen or restarting, on the replicated
+topologies). Exit 2 is a documented status too for one kind of call: a
 resume refused with one line because it named no hold while the fleet had several, or named a
 hold the fleet did not have (any more: a window ended by itself meanwhile); nothing changed.
 """
@@ -16,7 +18,7 @@ from bench.chaos.history import Event
 from bench.chaos.timeline import Timeline
 from bench.chaos.verdict import RuleResult
 
-CLI_STATUSES: Final = frozenset({0, 1, 3, 5})
+CLI_STATUSES: Final = frozenset({0, 1, 3, 4, 5})
 REFUSED_STATUS: Final = 2
 """A resume refused for its holds (see the module docstring): nothing changed."""
 

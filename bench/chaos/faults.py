@@ -10,6 +10,17 @@
 | ``garbage`` | for ``duration`` seconds, invalid messages and replays of older states on the control channel |
 | ``bad-handler`` | for ``duration`` seconds, some items fail and some hang past ``item_timeout`` |
 
+On a Sentinel group or a Cluster (``bench.chaos.ha``) Redis is never restarted in place and no
+proxy sits on a link (a replica reaches the primary the sentinels or the slots name); instead:
+
+| kind | how |
+| --- | --- |
+| ``primary-kill`` | the fleet's primary gets SIGKILL; once failed over, it stays down ``duration`` seconds more, then starts again empty, a replica |
+| ``failover`` | ``SENTINEL FAILOVER`` (``CLUSTER FAILOVER``) with the old primary alive |
+| ``lossy-failover`` | the Redis replica frozen and its link filled for ``duration`` seconds (what the primary acknowledges meanwhile no replica confirms), then the primary killed and the replica promoted without it |
+| ``sentinel-kill`` | a sentinel gets SIGKILL, starts again ``duration`` seconds later (Sentinel) |
+| ``shard-kill`` | the primary of another shard gets SIGKILL, fails over, starts again (Cluster) |
+
 The schedule is a pure function of the settings (the seed above all): the same seed gives the
 same faults at the same offsets, whatever the machine does. A target is never given two faults
 at once (a replica is not frozen while it is down; the link has one mode at a time; Redis
@@ -33,13 +44,28 @@ PUBSUB_KILL: Final = "pubsub-kill"
 LINK: Final = "link"
 GARBAGE: Final = "garbage"
 BAD_HANDLER: Final = "bad-handler"
+PRIMARY_KILL: Final = "primary-kill"
+FAILOVER: Final = "failover"
+LOSSY_FAILOVER: Final = "lossy-failover"
+SENTINEL_KILL: Final = "sentinel-kill"
+SHARD_KILL: Final = "shard-kill"
 KINDS: Final = (KILL, FREEZE, REDIS_RESTART, PUBSUB_KILL, LINK, GARBAGE, BAD_HANDLER)
+"""The faults of one server (``--topology single``)."""
 WEIGHTS: Final = {KILL: 1.0, FREEZE: 1.5, REDIS_RESTART: 0.4, PUBSUB_KILL: 1.0, LINK: 1.5,
-                  GARBAGE: 1.0, BAD_HANDLER: 0.7}
+                  GARBAGE: 1.0, BAD_HANDLER: 0.7, PRIMARY_KILL: 0.5, FAILOVER: 0.5,
+                  LOSSY_FAILOVER: 0.4, SENTINEL_KILL: 0.5, SHARD_KILL: 0.3}
+HA_FAILOVERS: Final = (PRIMARY_KILL, FAILOVER, LOSSY_FAILOVER, SHARD_KILL)
+"""The faults that move a primary: the whole fleet's connections break, writes may be lost."""
+SENTINEL_KINDS: Final = (KILL, FREEZE, PRIMARY_KILL, FAILOVER, LOSSY_FAILOVER, SENTINEL_KILL,
+                         PUBSUB_KILL, GARBAGE, BAD_HANDLER)
+CLUSTER_KINDS: Final = (KILL, FREEZE, PRIMARY_KILL, FAILOVER, LOSSY_FAILOVER, SHARD_KILL,
+                        PUBSUB_KILL, GARBAGE, BAD_HANDLER)
+ALL_KINDS: Final = (*KINDS, PRIMARY_KILL, FAILOVER, LOSSY_FAILOVER, SENTINEL_KILL, SHARD_KILL)
 
 FLEET_TARGET: Final = "fleet"
 REDIS_TARGET: Final = "redis"
 LINK_TARGET: Final = "link"
+SENTINEL_TARGET: Final = "sentinel"
 TAIL_S: Final = 3.0
 """No fault starts in the last seconds of the run (they would all be cut short)."""
 
@@ -62,6 +88,11 @@ class Fault:
     def describe(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "target": self.target, "params": self.params,
                 "planned_at": round(self.at, 3), "planned_for": round(self.duration, 3)}
+
+
+def kinds_for(settings: ChaosSettings) -> tuple[str, ...]:
+    """The kinds of fault a run on ``settings.topology`` draws."""
+    return {"sentinel": SENTINEL_KINDS, "cluster": CLUSTER_KINDS}.get(settings.topology, KINDS)
 
 
 def replica_ids(settings: ChaosSettings) -> list[str]:
@@ -103,6 +134,14 @@ def _draw(kind: str, rng: random.Random, s: ChaosSettings,
         return FLEET_TARGET, rng.uniform(0.5, 2.0), {}
     if kind == BAD_HANDLER:
         return FLEET_TARGET, rng.uniform(3.0, 10.0), {"fail": 0.15, "hang": 0.1}
+    if kind in (PRIMARY_KILL, SHARD_KILL):
+        return REDIS_TARGET, rng.uniform(0.3, 2.0), {}
+    if kind == FAILOVER:
+        return REDIS_TARGET, 0.0, {}
+    if kind == LOSSY_FAILOVER:
+        return REDIS_TARGET, rng.uniform(0.5, 2.5), {}
+    if kind == SENTINEL_KILL:
+        return SENTINEL_TARGET, rng.uniform(1.0, 5.0), {}
     raise ValueError(f"unknown fault kind {kind!r}")
 
 
@@ -122,9 +161,10 @@ def draw_schedule(settings: ChaosSettings) -> list[Fault]:
     last = settings.duration - TAIL_S
     busy: dict[str, float] = {}
     faults: list[Fault] = []
-    first = list(KINDS)
+    first = list(kinds_for(settings))
     rng.shuffle(first)
-    kinds, weights = list(WEIGHTS), list(WEIGHTS.values())
+    kinds = list(kinds_for(settings))
+    weights = [WEIGHTS[k] for k in kinds]
     t = rng.uniform(0.5, 1.5)
     while t < last:
         kind = first.pop(0) if first else rng.choices(kinds, weights)[0]
@@ -136,11 +176,14 @@ def draw_schedule(settings: ChaosSettings) -> list[Fault]:
             faults.append(Fault(len(faults) + 1, kind, round(start, 3), target,
                                 round(duration, 3), params))
             # a replica killed is up again some seconds after its restart
-            busy[key] = start + duration + (2.0 if kind in (KILL, REDIS_RESTART) else 0.3)
+            busy[key] = start + duration + (2.0 if kind in (KILL, REDIS_RESTART) else
+                                            5.0 if kind in HA_FAILOVERS else 0.3)
         t += rng.expovariate(1.0 / settings.fault_every)
     faults.sort(key=lambda f: f.at)
     return [replace(f, id=i) for i, f in enumerate(faults, 1)]
 
 
-__all__ = ["BAD_HANDLER", "FREEZE", "GARBAGE", "KILL", "KINDS", "LINK", "PUBSUB_KILL",
-           "REDIS_RESTART", "Fault", "draw_schedule", "proxied_replica", "replica_ids"]
+__all__ = ["ALL_KINDS", "BAD_HANDLER", "CLUSTER_KINDS", "FAILOVER", "FREEZE", "GARBAGE",
+           "HA_FAILOVERS", "KILL", "KINDS", "LINK", "LOSSY_FAILOVER", "PRIMARY_KILL",
+           "PUBSUB_KILL", "REDIS_RESTART", "SENTINEL_KILL", "SENTINEL_KINDS", "SHARD_KILL",
+           "Fault", "draw_schedule", "kinds_for", "proxied_replica", "replica_ids"]

@@ -19,7 +19,8 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from bench.chaos.faults import FREEZE, KILL, LINK, Fault
+from bench.chaos.faults import FREEZE, HA_FAILOVERS, KILL, LINK, Fault
+from bench.chaos.ha import HaRedis
 from bench.chaos.handler import FAIL, HANG
 from bench.chaos.history import HistoryWriter
 from bench.chaos.observer import OBSERVER_NAME, Observer
@@ -38,19 +39,23 @@ ADMIN_NAME: Final = "chaos-admin"
 class Injector:
     """Runs faults against the parts of one run."""
 
-    def __init__(self, *, seed: int, server: ChaosRedis, replicas: Replicas, proxy: LinkProxy,
-                 proxied: str, observer: Observer, producer: Producer,
-                 history: HistoryWriter) -> None:
-        self.server = server
+    def __init__(self, *, seed: int, server: ChaosRedis | None, replicas: Replicas,
+                 proxy: LinkProxy | None, proxied: str, observer: Observer, producer: Producer,
+                 history: HistoryWriter, ha: HaRedis | None = None) -> None:
+        self._server = server
+        self.ha = ha
         self.replicas = replicas
-        self.proxy = proxy
+        self._proxy = proxy
         self.proxied = proxied
         self.observer = observer
         self.producer = producer
         self.history = history
         self.rng = random.Random(f"garbage:{seed}")
-        self.admin = aioredis.Redis.from_url(server.url, client_name=ADMIN_NAME,
-                                             socket_timeout=3.0, socket_connect_timeout=2.0)
+        self.admin = aioredis.Redis.from_url(
+            server.url if server is not None else "redis://127.0.0.1:1/0",  # unused on HA
+            client_name=ADMIN_NAME, socket_timeout=3.0, socket_connect_timeout=2.0)
+        self.primary_lock = asyncio.Lock()
+        """One fault that moves a primary at a time (they wait for each other)."""
         self.healing = asyncio.Event()
         self.tasks: list[asyncio.Task[None]] = []
         self.done: list[Fault] = []
@@ -88,8 +93,23 @@ class Injector:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.healing.wait(), max(0.0, seconds))
 
+    @property
+    def server(self) -> ChaosRedis:
+        assert self._server is not None, "one server's fault on a replicated topology"
+        return self._server
+
+    @property
+    def proxy(self) -> LinkProxy:
+        assert self._proxy is not None, "a link fault on a replicated topology"
+        return self._proxy
+
     async def _one(self, fault: Fault) -> None:
         target = self.proxied if fault.kind == LINK else fault.target
+        if fault.kind in HA_FAILOVERS:
+            async with self.primary_lock:  # the one before may still be failing over
+                if not self.healing.is_set():
+                    await self._run(fault, target)
+                return
         if fault.kind in (KILL, FREEZE):
             lock = self.replicas.locks[target]
             if lock.locked():  # still restarting after an earlier fault, say
@@ -177,6 +197,15 @@ class Injector:
         return {"items": items, "last": last, "read_at": read_at}
 
     async def _pubsub_kill(self, fault: Fault, end: dict[str, Any]) -> None:
+        if self.ha is not None:
+            killed = 0
+            for i in range(int(fault.params.get("times", 1))):
+                if i:
+                    await asyncio.sleep(0.3)
+                with contextlib.suppress(RedisError, OSError, TimeoutError):
+                    killed += await asyncio.to_thread(self.ha.pubsub_kill, OBSERVER_NAME)
+            end["killed"] = killed
+            return
         killed = 0
         for i in range(int(fault.params.get("times", 1))):
             if i:
@@ -201,11 +230,23 @@ class Injector:
         channel = self.observer.keys.control
         sent = 0
         deadline = time.monotonic() + fault.duration
-        while time.monotonic() < deadline and not self.healing.is_set():
-            with contextlib.suppress(RedisError, OSError):
-                await self.admin.publish(channel, self._garbage_message())
-                sent += 1
-            await asyncio.sleep(GARBAGE_EVERY_S)
+        client, command = self.admin, "PUBLISH"
+        node = None
+        if self.ha is not None:  # on the fleet's primary (SPUBLISH on a cluster)
+            primary = await asyncio.to_thread(self.ha.primary)
+            client = node = aioredis.Redis(host=primary.host, port=primary.port,
+                                           socket_timeout=3.0, client_name=ADMIN_NAME)
+            command = "SPUBLISH" if self.ha.topology == "cluster" else "PUBLISH"
+        try:
+            while time.monotonic() < deadline and not self.healing.is_set():
+                with contextlib.suppress(RedisError, OSError):
+                    await client.execute_command(  # type: ignore[no-untyped-call]
+                        command, channel, self._garbage_message())
+                    sent += 1
+                await asyncio.sleep(GARBAGE_EVERY_S)
+        finally:
+            if node is not None:
+                await node.aclose()
         end["sent"] = sent
 
     def _garbage_message(self) -> bytes | str:
@@ -227,6 +268,51 @@ class Injector:
             '{"fleet": "' + fleet + '", "paused": tru',
         ]
         return rng.choice(junk)
+
+    # ------------------------------------------------------------------ the replicated ones
+
+    def _ha(self) -> HaRedis:
+        assert self.ha is not None, "a replicated topology's fault on one server"
+        return self.ha
+
+    @staticmethod
+    def _said(found: dict[str, Any], end: dict[str, Any]) -> None:
+        end.update({k: v for k, v in found.items() if not k.startswith("_")})
+
+    async def _primary_kill(self, fault: Fault, end: dict[str, Any]) -> None:
+        ha = self._ha()
+        found = await asyncio.to_thread(ha.primary_kill_start)
+        self._said(found, end)
+        await self._hold(fault.duration)
+        end["pid"] = await asyncio.to_thread(ha.restart, found)
+
+    async def _shard_kill(self, fault: Fault, end: dict[str, Any]) -> None:
+        ha = self._ha()
+        found = await asyncio.to_thread(ha.shard_kill_start)
+        self._said(found, end)
+        await self._hold(fault.duration)
+        end["pid"] = await asyncio.to_thread(ha.restart, found)
+
+    async def _failover(self, fault: Fault, end: dict[str, Any]) -> None:
+        self._said(await asyncio.to_thread(self._ha().failover), end)
+
+    async def _lossy_failover(self, fault: Fault, end: dict[str, Any]) -> None:
+        ha = self._ha()
+        found = await asyncio.to_thread(ha.lossy_start)
+        self._said(found, end)
+        try:
+            await self._hold(fault.duration)
+        finally:
+            self._said(await asyncio.to_thread(ha.lossy_end, found), end)
+
+    async def _sentinel_kill(self, fault: Fault, end: dict[str, Any]) -> None:
+        ha = self._ha()
+        found = await asyncio.to_thread(ha.sentinel_kill_start)
+        self._said(found, end)
+        try:
+            await self._hold(fault.duration)
+        finally:
+            end["pid"] = await asyncio.to_thread(ha.sentinel_restart, found)
 
     async def _bad_handler(self, fault: Fault, end: dict[str, Any]) -> None:
         self.producer.bad = {FAIL: float(fault.params.get("fail", 0.15)),

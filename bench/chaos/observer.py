@@ -1,7 +1,7 @@
 """The observer: what Redis shows of the fleet, written to the history as it happens.
 
-* a subscription (connection name ``chaos-observer``, spared by the pub/sub kills) to the
-  acknowledgements (``ack``) and the control channel (``change`` via ``control``: a version
+* a subscription per channel (connection name ``chaos-observer``, spared by the pub/sub
+  kills; sharded on a cluster) to the acknowledgements (``ack``) and the control channel (``change`` via ``control``: a version
   seen for the first time; the raw messages are kept for the garbage fault to replay);
 * a poll every ``POLL_S``, in one pipeline: the state hash (``change`` via ``state``), every
   replica record (``record``, when it changed), the audit stream (``audit``) and the
@@ -21,12 +21,13 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import Any, Final
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from bench.chaos.history import HistoryWriter
 from coordinator.fleet.models import ReplicaInfo
 from replica.contract import Ack, FleetState, Keys
+from replica.control.connect import connect
+from replica.control.subscription import Subscription
 from replica.demo import item_id
 from replica.errors import ContractError
 
@@ -63,12 +64,12 @@ class Observer:
         self.keys = keys
         self.replica_ids = replica_ids
         self.history = history
-        self.redis = aioredis.Redis.from_url(
+        self.redis = connect(
             url, decode_responses=True, client_name=OBSERVER_NAME, socket_timeout=3.0,
             socket_connect_timeout=2.0,
         )
         # The channel carries the garbage fault's bytes too: undecoded, each message on its own.
-        self.raw = aioredis.Redis.from_url(
+        self.raw = connect(
             url, decode_responses=False, client_name=OBSERVER_NAME, socket_timeout=3.0,
             socket_connect_timeout=2.0,
         )
@@ -80,7 +81,9 @@ class Observer:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> Observer:
-        self._tasks = [asyncio.create_task(self._listen(), name="chaos-observer-listen"),
+        self._tasks = [asyncio.create_task(self._listen(self.keys.acks), name="chaos-observer-acks"),
+                       asyncio.create_task(self._listen(self.keys.control),
+                                           name="chaos-observer-control"),
                        asyncio.create_task(self._poll(), name="chaos-observer-poll")]
         return self
 
@@ -105,16 +108,19 @@ class Observer:
 
     # ------------------------------------------------------------------ pub/sub
 
-    async def _listen(self) -> None:
+    async def _listen(self, channel: str) -> None:
+        """One subscription per channel (``SSUBSCRIBE`` on a cluster), opened again whenever
+        it is lost."""
         while True:
-            pubsub = self.raw.pubsub()
+            sub = Subscription(self.raw, channel)
             try:
-                await pubsub.subscribe(self.keys.acks, self.keys.control)
+                await sub.open()
                 while True:
-                    message = await pubsub.get_message(ignore_subscribe_messages=True,
-                                                       timeout=1.0)
-                    if message is not None:
-                        self._on_message(message)
+                    reply = await sub.read(1.0)
+                    if isinstance(reply, BaseException):
+                        raise reply
+                    if isinstance(reply, list) and len(reply) >= 3 and reply[0] == b"message":
+                        self._on_message({"channel": reply[1], "data": reply[2]})
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:
@@ -123,7 +129,7 @@ class Observer:
                 log.exception("observer subscription failed")
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await sub.close()
             await asyncio.sleep(0.05)
 
     def _on_message(self, message: dict[str, Any]) -> None:

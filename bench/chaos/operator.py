@@ -23,19 +23,21 @@ import os
 import random
 import sys
 import time
+from collections.abc import Awaitable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from bench.chaos.history import HistoryWriter
 from bench.chaos.observer import epoch, holds_fields
 from bench.chaos.settings import ChaosSettings
+from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import WaitReport
 from replica.contract import FleetState, now_utc, parse_time
+from replica.control.connect import connect
 from replica.errors import HoldConflict, OutcomeUnknown
 
 FLEETGATE_BIN: Final = str(Path(sys.executable).with_name("fleetgate"))
@@ -68,8 +70,8 @@ class Operator:
         self.url = url
         self.history = history
         self.rng = random.Random(f"operator:{settings.seed}")
-        self.redis = aioredis.Redis.from_url(url, decode_responses=True, socket_timeout=5.0,
-                                             socket_connect_timeout=2.0)
+        self.redis = connect(url, decode_responses=True, socket_timeout=5.0,
+                             socket_connect_timeout=2.0)
         self.listening = Fleet(self.redis, settings.fleet)
         self.plain = Fleet(self.redis, settings.fleet)
         self.paused = False
@@ -146,18 +148,25 @@ class Operator:
                                "final": final, "listening": fleet is self.listening}
         try:
             async with asyncio.timeout(float(args.get("timeout", 5.0)) + 15.0):
+                change: Awaitable[FleetState]
                 if action == "pause":
                     starts = None if "at" not in args else now_utc() + timedelta(
                         seconds=args["at"])
-                    state = await fleet.pause(
+                    change = fleet.pause(
                         args["reason"], by="chaos-operator", expected_for=args.get("for"),
                         auto_resume_after=args.get("auto_resume"), hold=args.get("hold"),
                         starts_at=starts)
                 else:
-                    state = await fleet.resume(by="chaos-operator", stagger=args.get("stagger"),
-                                               reason=args.get("reason"), hold=args.get("hold"),
-                                               all=bool(args.get("all")))
-                out.update(result="ok", t_change=time.time(), **_state_fields(state))
+                    change = fleet.resume(by="chaos-operator", stagger=args.get("stagger"),
+                                          reason=args.get("reason"), hold=args.get("hold"),
+                                          all=bool(args.get("all")))
+                try:
+                    state = await change
+                    out["result"] = "ok"
+                except NotConfirmed as exc:  # made on the primary; a failover may lose it
+                    state = exc.state
+                    out.update(result="unconfirmed", error=str(exc)[:200])
+                out.update(t_change=time.time(), **_state_fields(state))
                 self._believe(state)
                 if args.get("wait"):
                     w0 = time.time()
@@ -168,16 +177,16 @@ class Operator:
         except OutcomeUnknown as exc:
             out.update(result="unknown", error=str(exc)[:200])
         except TimeoutError:
-            out.update(result="unknown" if "version" not in out else "ok",
+            out.update(result="unknown" if "version" not in out else out["result"],
                        error="the runner's bound on the call passed")
         except (RedisError, OSError) as exc:
-            out.update(result="error" if "version" not in out else "ok",
+            out.update(result="error" if "version" not in out else out["result"],
                        error=f"{type(exc).__name__}: {exc}"[:200])
         except asyncio.CancelledError:
-            out.update(result="cancelled" if "version" not in out else "ok")
+            out.update(result="cancelled" if "version" not in out else out["result"])
             self.history.write("op", **out)
             raise
-        if out["result"] != "ok":
+        if out["result"] not in ("ok", "unconfirmed"):
             await self._refresh_belief()
         self.history.write("op", **out)
         return out
@@ -240,11 +249,12 @@ class Operator:
             raise
         t1 = time.time()
         out.update(exit=proc.returncode, stderr=stderr.decode(errors="replace")[-2000:],
-                   result={0: "ok", 3: "ok", 5: "unknown"}.get(proc.returncode or 0, "error"))
+                   result={0: "ok", 3: "ok", 4: "unconfirmed", 5: "unknown"}.get(
+                       proc.returncode or 0, "error"))
         if proc.returncode == 2 and action == "resume" and "holds" in out["stderr"]:
             out["result"] = "refused"
         self._parse_cli(out, stdout.decode(errors="replace"), t1)
-        if out["result"] != "ok":
+        if out["result"] not in ("ok", "unconfirmed"):
             await self._refresh_belief()
         self.history.write("op", t=t1, **out)
         return out

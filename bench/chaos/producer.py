@@ -6,22 +6,32 @@ it burst afterwards. An item is ``ok`` unless a bad-handler fault is on, which m
 them ``fail`` or ``hang`` (see ``bench.chaos.handler``). Each XADD Redis answered is an
 ``enqueue`` in the history; one that failed is an ``enqueue-unknown`` (it may have been
 written before the connection broke). ``t0`` is when the XADD was sent.
+
+Each item goes through ``Fleet.enqueue``, which confirms it as a change is confirmed: on a
+primary with replicas, ``WAIT`` for one of them. An item the primary took but no replica
+confirmed in time is an ``enqueue-unconfirmed`` (``BatchNotConfirmed``: the producer is told a
+failover may lose it, and the checker does not count it lost when one does).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 import time
+from typing import Final
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from bench.chaos.handler import FAIL, HANG, OK
 from bench.chaos.history import HistoryWriter
-from replica.contract import ITEM_FIELD, Keys
+from coordinator.fleet.durability import BatchNotConfirmed
+from coordinator.fleet.fleet import Fleet
+from replica.contract import Keys
+from replica.control.connect import connect
+
+CONFIRM_TIMEOUT_S: Final = 0.5
+"""How long an item's ``WAIT`` may take for a Redis replica to confirm it."""
 
 
 class Producer:
@@ -34,12 +44,14 @@ class Producer:
         self.item_ms = item_ms
         self.rng = random.Random(f"items:{seed}")
         self.history = history
-        self.redis = aioredis.Redis.from_url(url, decode_responses=True, socket_timeout=2.0,
-                                             socket_connect_timeout=1.0)
+        self.redis = connect(url, decode_responses=True, socket_timeout=2.0,
+                             socket_connect_timeout=1.0)
+        self.fleet = Fleet(self.redis, keys.fleet, min_replicas_timeout=CONFIRM_TIMEOUT_S)
         self.bad: dict[str, float] = {}
         """While a bad-handler fault is on: the share of items to ``fail`` and to ``hang``."""
         self.count = 0
         self.enqueued = 0
+        self.unconfirmed = 0
 
     def _kind(self) -> str:
         roll = self.rng.random()
@@ -72,10 +84,15 @@ class Producer:
         item = {"id": ident, "kind": kind, "ms": self.rng.randint(*self.item_ms)}
         t0 = time.time()
         try:
-            entry = await self.redis.xadd(self.keys.work, {ITEM_FIELD: json.dumps(item)})
+            (entry,) = await self.fleet.enqueue([item])
         except asyncio.CancelledError:
             self.history.write("enqueue-unknown", item=ident, kind=kind, error="cancelled")
             raise
+        except BatchNotConfirmed as exc:  # on the primary only: a failover may lose it
+            self.unconfirmed += 1
+            self.history.write("enqueue-unconfirmed", item=ident, kind=kind, entry=exc.ids[0],
+                               t0=t0, acked=exc.acked)
+            return
         except (RedisError, OSError) as exc:
             self.history.write("enqueue-unknown", item=ident, kind=kind,
                                error=f"{type(exc).__name__}: {exc}"[:200])

@@ -10,7 +10,7 @@ aside: the table names them), else ``failed``.
 
 from __future__ import annotations
 
-from bench.chaos.faults import KINDS
+from bench.chaos.faults import ALL_KINDS, KINDS
 from bench.chaos.verdict import KNOWN, RULES, CheckResult
 
 
@@ -21,8 +21,9 @@ def _duration(seconds: float) -> str:
 def table(result: CheckResult) -> list[str]:
     """The table, one line per row (Markdown, so it pastes into the README as it is)."""
     rows: list[tuple[str, str]] = []
-    for kind in KINDS:
-        rows.append((f"faults: {kind}", str(result.faults.get(kind, 0))))
+    for kind in ALL_KINDS:  # one server's always; the replicated topologies' when drawn
+        if kind in KINDS or result.faults.get(kind):
+            rows.append((f"faults: {kind}", str(result.faults.get(kind, 0))))
     for kind in ("named hold", "window", "resume --all", "refused"):
         rows.append((f"operator: {kind}", str(result.operator.get(kind, 0))))
     rows += [
@@ -32,6 +33,9 @@ def table(result: CheckResult) -> list[str]:
         ("... of which not told to fail or hang", str(result.dead_ok)),
         ("items Redis forgot (empty restart)", str(result.forgotten)),
         ("enqueues of unknown outcome", str(result.unknown_enqueues)),
+        ("enqueues no replica confirmed (a failover may lose them)",
+         str(result.unconfirmed_enqueues)),
+        ("... of which a failover lost", str(result.unconfirmed_lost)),
         ("items lost", str(result.lost)),
         ("starts during a pause", str(result.starts_after_apply)),
     ]

@@ -3,11 +3,12 @@
 Phases (``run-end`` says how far a run got):
 
 1. **setup**: a private Redis on 127.0.0.1 (append-only), the link proxy in front of it for the
-   first replica, ``replicas`` real ``fleetgate-replica`` processes on the chaos handler, the
-   observer;
+   first replica (``--topology sentinel`` or ``cluster``: a Sentinel group or a Cluster,
+   ``bench.chaos.ha``, and no proxy), ``replicas`` real ``fleetgate-replica`` processes on the
+   chaos handler, the observer;
 2. **chaos** (``duration`` seconds): the producer, the operator and the faults, all at once;
-3. **heal**: the faults end (thawed, restarted, the link passing), the producer and the
-   operator stop; once every replica agrees with the last action (or ``settle_timeout``
+3. **heal**: the faults end (thawed, restarted, the link passing; on a replicated topology,
+   every Redis replica in sync again), the producer and the operator stop; once every replica agrees with the last action (or ``settle_timeout``
    passes), a ``settled`` snapshot;
 4. **final**: a resume, waited for, then until the backlog is worked off (``drain_timeout``),
    another snapshot; every replica is stopped with SIGTERM and must exit 0.
@@ -29,12 +30,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from bench.chaos.faults import draw_schedule, proxied_replica, replica_ids
+from bench.chaos.ha import HaRedis
 from bench.chaos.history import HistoryWriter
 from bench.chaos.injector import Injector
 from bench.chaos.observer import Observer
@@ -43,8 +44,9 @@ from bench.chaos.producer import Producer
 from bench.chaos.proxy import LinkProxy
 from bench.chaos.replicas import Replicas
 from bench.chaos.server import ChaosRedis
-from bench.chaos.settings import SINGLE, UNAVAILABLE, ChaosSettings
+from bench.chaos.settings import ChaosSettings
 from replica.contract import WORK_GROUP, Keys
+from replica.control.connect import connect
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +75,6 @@ class ChaosRun:
     """One run (``settings``); ``run()`` does it all and always cleans up."""
 
     def __init__(self, settings: ChaosSettings) -> None:
-        if settings.topology != SINGLE:
-            raise ValueError(f"topology {settings.topology}: {UNAVAILABLE}")
         self.settings = settings
         self.workdir = settings.workdir or Path(
             tempfile.mkdtemp(prefix=f"fleetgate-chaos-{settings.seed}-"))
@@ -87,6 +87,9 @@ class ChaosRun:
         self.keys = Keys(settings.fleet)
         self.phase = "setup"
         self.server: ChaosRedis | None = None
+        self.ha: HaRedis | None = None
+        self.url = ""
+        """Where every part of the run reaches Redis (a sentinel or cluster URL on HA)."""
         self.proxy: LinkProxy | None = None
         self.replicas: Replicas | None = None
         self.observer: Observer | None = None
@@ -113,26 +116,39 @@ class ChaosRun:
 
     async def _setup(self) -> None:
         s = self.settings
-        self.server = server = await ChaosRedis(self.workdir).start()
-        self.history.write("start", process="redis", pid=server.pid, port=server.port)
-        self.proxy = await LinkProxy("127.0.0.1", server.port).start()
         ids = replica_ids(s)
         proxied = proxied_replica(s)
-        urls = {r: (f"redis://127.0.0.1:{self.proxy.port}/0" if r == proxied else server.url)
-                for r in ids}
+        if s.replicated:
+            ha = HaRedis(s.topology, self.keys.state, s.seed)
+            self.ha = ha
+            await asyncio.to_thread(ha.start)
+            for node in ha.group.all:
+                self.history.write("start", process="redis", pid=node.pid, port=node.port,
+                                   sentinel=node.sentinel)
+            self.url = ha.url
+            urls = dict.fromkeys(ids, ha.url)
+            where: dict[str, Any] = {"redis_url": ha.url}
+        else:
+            self.server = server = await ChaosRedis(self.workdir).start()
+            self.history.write("start", process="redis", pid=server.pid, port=server.port)
+            self.proxy = await LinkProxy("127.0.0.1", server.port).start()
+            self.url = server.url
+            urls = {r: (f"redis://127.0.0.1:{self.proxy.port}/0" if r == proxied
+                        else server.url) for r in ids}
+            where = {"redis_port": server.port, "proxy_port": self.proxy.port}
         self.history.write("run", seed=s.seed, duration=s.duration, topology=s.topology,
                            fleet=s.fleet, replicas=ids, proxied=proxied, settings=s.header(),
-                           redis_port=server.port, proxy_port=self.proxy.port)
+                           **where)
         self.replicas = Replicas(s, urls, self.history, self.history_dir, self.log_dir,
                                  secrets.token_urlsafe(18))
-        self.observer = await Observer(server.url, self.keys, ids, self.history).start()
+        self.observer = await Observer(self.url, self.keys, ids, self.history).start()
         await asyncio.gather(*(self.replicas.start(r) for r in ids))
-        self.producer = Producer(server.url, self.keys, s.rate, s.item_ms, s.seed, self.history)
-        self.operator = Operator(s, server.url, self.history)
+        self.producer = Producer(self.url, self.keys, s.rate, s.item_ms, s.seed, self.history)
+        self.operator = Operator(s, self.url, self.history)
         self.injector = Injector(
-            seed=s.seed, server=server, replicas=self.replicas, proxy=self.proxy,
+            seed=s.seed, server=self.server, replicas=self.replicas, proxy=self.proxy,
             proxied=proxied, observer=self.observer, producer=self.producer,
-            history=self.history,
+            history=self.history, ha=self.ha,
         )
 
     async def _chaos(self) -> None:
@@ -170,7 +186,7 @@ class ChaosRun:
     async def _watch(self) -> None:
         """Notice a replica or Redis that exited on its own (rule 7 judges it) and start it
         again, so the run goes on."""
-        assert self.replicas and self.server
+        assert self.replicas
         while True:
             await asyncio.sleep(0.5)
             for life in self.replicas.reap():
@@ -182,8 +198,8 @@ class ChaosRun:
                         if current is life:
                             with contextlib.suppress(RuntimeError):
                                 await self.replicas.start(life.replica)
-            status = self.server.poll()
-            if status is not None:
+            status = None if self.server is None else self.server.poll()
+            if self.server is not None and status is not None:
                 self.history.write("exit", process="redis", pid=self.server.pid, status=status,
                                    killed=False)
                 self.server.proc = None
@@ -191,6 +207,13 @@ class ChaosRun:
 
     async def _heal(self) -> None:
         assert self.replicas and self.observer
+        if self.ha is not None:  # every Redis replica thawed and in sync again
+            await asyncio.to_thread(self.ha.thaw_all)
+            try:
+                await asyncio.to_thread(self.ha.wait_in_sync)
+            except (TimeoutError, RedisError, OSError) as exc:
+                log.warning("the Redis replicas did not get in sync: %s", exc)
+            self.history.write("topology", nodes=await asyncio.to_thread(self.ha.describe))
         for r in self.replicas.ids:  # a replica down at the end of the chaos starts again
             async with self.replicas.locks[r]:
                 life = self.replicas.lives.get(r)
@@ -217,7 +240,7 @@ class ChaosRun:
                                                                    "replicas": []}))
 
     async def _final(self) -> None:
-        assert self.operator and self.replicas and self.server
+        assert self.operator and self.replicas
         self.phase = "final"
         await self.operator.final_resume()
         await self._drain()
@@ -227,19 +250,28 @@ class ChaosRun:
 
     async def _drain(self) -> None:
         """Until the work stream's group has nothing pending and nothing unread."""
-        assert self.server
-        client = aioredis.Redis.from_url(self.server.url, decode_responses=True)
+        client = connect(self.url, decode_responses=True, socket_timeout=5.0)
         deadline = time.monotonic() + self.settings.drain_timeout
         try:
             while time.monotonic() < deadline:
                 with contextlib.suppress(RedisError, OSError):
                     groups = await client.xinfo_groups(self.keys.work)
                     group = next((g for g in groups if g.get("name") == WORK_GROUP), None)
-                    if group is not None and not group.get("pending") and not group.get("lag"):
+                    # nothing pending, nothing after the last delivered entry ("lag" is not
+                    # to be trusted after a failover: the promoted node's count of entries
+                    # added and the group's of entries read can disagree for ever)
+                    if group is not None and not group.get("pending") and not \
+                            await client.xrange(self.keys.work,
+                                                f"({group['last-delivered-id']}", "+", count=1):
                         self.history.write("drained")
                         return
                 await asyncio.sleep(0.25)
-            self.history.write("drain-timeout")
+            detail: dict[str, Any] = {}
+            with contextlib.suppress(RedisError, OSError):  # what was left, for the record
+                detail["groups"] = await client.xinfo_groups(self.keys.work)
+                detail["pending"] = await client.xpending(self.keys.work, WORK_GROUP)
+                detail["length"] = await client.xlen(self.keys.work)
+            self.history.write("drain-timeout", **detail)
         finally:
             await client.aclose()
 
@@ -260,6 +292,10 @@ class ChaosRun:
             with contextlib.suppress(Exception):  # TimeoutError included
                 async with asyncio.timeout(CLEANUP_PART_S):
                     await stop()
+        if self.ha is not None:
+            await asyncio.to_thread(self.ha.stop)
+            self.history.write("exit", process="redis", pid=None, status=None, killed=False,
+                               stopping=True)
         if self.server is not None:
             pid = self.server.pid
             status = self.server.stop()

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any, Final
 
 SINGLE: Final = "single"
-TOPOLOGIES: Final = ("single", "sentinel", "cluster")
-UNAVAILABLE: Final = "not available until the high-availability issue lands"
+SENTINEL: Final = "sentinel"
+CLUSTER: Final = "cluster"
+TOPOLOGIES: Final = (SINGLE, SENTINEL, CLUSTER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,11 @@ class ChaosSettings:
             raise ValueError("the rate must be positive")
 
     @property
+    def replicated(self) -> bool:
+        """A Sentinel group or a Cluster (``bench.chaos.ha``), not one server."""
+        return self.topology != SINGLE
+
+    @property
     def renew_interval(self) -> float:
         """How often a replica renews the leases of its items (the source's keep loop)."""
         return max(self.claim_idle / 3, 0.05)
@@ -69,7 +75,13 @@ class ChaosSettings:
                 "claim_idle", "item_timeout", "max_retries", "retry_backoff", "pause_timeout")
         out = {k: data[k] for k in keep}
         out["renew_interval"] = self.renew_interval
+        out["topology"] = self.topology
         return out
 
 
-__all__ = ["SINGLE", "TOPOLOGIES", "UNAVAILABLE", "ChaosSettings"]
+def topology_of_seed(seed: int) -> str:
+    """The topology a seed chooses (``--topology seed``: ``make test`` covers each in turn)."""
+    return TOPOLOGIES[seed % len(TOPOLOGIES)]
+
+
+__all__ = ["CLUSTER", "SENTINEL", "SINGLE", "TOPOLOGIES", "ChaosSettings", "topology_of_seed"]

@@ -20,8 +20,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from bench.chaos.faults import HA_FAILOVERS, REDIS_RESTART
 from bench.chaos.history import Event
 
+FLEET_WIDE: Final = (REDIS_RESTART, *HA_FAILOVERS)
+"""Faults that break every replica's connection: Redis restarted, a primary moved."""
 DEFAULTS: Final = {"poll_interval": 0.5, "heartbeat_interval": 1.0, "claim_idle": 5.0,
                    "item_timeout": 2.0, "max_retries": 1, "renew_interval": 5.0 / 3}
 
@@ -139,6 +142,8 @@ class Timeline:
         self.points: dict[int, list[Point]] = defaultdict(list)
         self.enqueued: dict[str, Event] = {}
         self.unknown_enqueues: set[str] = set()
+        self.unconfirmed: dict[str, Event] = {}
+        """Items written to the primary that no replica confirmed in time."""
         self.runs: dict[str, list[Run]] = defaultdict(list)
         self.dead: dict[str, list[Event]] = defaultdict(list)
         self.ops: list[Event] = []
@@ -165,9 +170,9 @@ class Timeline:
 
     def windows_on(self, life: Life) -> list[Window]:
         """The faults that touch this life: its own kill and freeze, its replica's link
-        (whichever life uses it) and Redis's restarts."""
+        (whichever life uses it), Redis's restarts and failovers (``FLEET_WIDE``)."""
         return [w for w in self.windows
-                if w.kind == "redis-restart"
+                if w.kind in FLEET_WIDE
                 or (w.target == life.replica
                     and (w.kind == "link" or w.pid is None or w.pid == life.pid))]
 
@@ -211,7 +216,7 @@ class Timeline:
                              e.get("auto_resume_at"), t, e.get("holds"))
             elif ev == "op":
                 self.ops.append(e)
-                if e.get("result") == "ok" and e.get("version") is not None:
+                if e.get("result") in ("ok", "unconfirmed") and e.get("version") is not None:
                     self._change(e["version"], e.get("changed_at"), e.get("paused"),
                                  e.get("auto_resume_at"), float(e.get("t_change") or t),
                                  e.get("holds"))
@@ -232,6 +237,8 @@ class Timeline:
                 self.enqueued[str(e["item"])] = e
             elif ev == "enqueue-unknown":
                 self.unknown_enqueues.add(str(e["item"]))
+            elif ev == "enqueue-unconfirmed":
+                self.unconfirmed[str(e["item"])] = e
             elif ev == "dead" and e.get("item") is not None:
                 self.dead[str(e["item"])].append(e)
             elif ev == "settled":

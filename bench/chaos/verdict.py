@@ -56,6 +56,10 @@ class CheckResult:
     """Of the dead-lettered, items that were not told to fail or hang (cut off by a fault)."""
     forgotten: int = 0
     unknown_enqueues: int = 0
+    unconfirmed_enqueues: int = 0
+    """Items written to the primary that no replica confirmed (``enqueue-unconfirmed``): the
+    producer was told; a failover may lose them, and rule 3 does not count them lost."""
+    unconfirmed_lost: int = 0
     lost: int = 0
     duplicates: Counter[str] = field(default_factory=Counter)
     unexplained: int = 0
