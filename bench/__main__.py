@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 MODULES = ["bench.pool", "bench.fanout", "bench.durability", "bench.failover", "bench.bigfleet",
+           "bench.changecost",
            "bench.startup", "bench.backlog"]
 
 
