@@ -126,11 +126,11 @@ async def _bench(url: str) -> list[dict[str, Any]]:
             await _round(fleet)
             per_round[size] = delta(before, await commands_by_name(admin))
             usec = await commands_by_name(admin, "usec")
-            calls = await commands_by_name(admin)
+            counted = await commands_by_name(admin)
             for _ in range(ROUNDS):
                 await _round(fleet)
             spent = delta(usec, await commands_by_name(admin, "usec")).get("evalsha", 0)
-            script_us[size] = spent / delta(calls, await commands_by_name(admin))["evalsha"]
+            script_us[size] = spent / delta(counted, await commands_by_name(admin))["evalsha"]
     finally:
         await admin.aclose()
     small, big = SIZES
