@@ -9,7 +9,7 @@ Loaded only when a change command runs: it imports the library (and so Redis) an
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from coordinator import render
 from coordinator.cli.exits import EXIT_NOT_CONFIRMED, EXIT_TIMEOUT, CliError
@@ -25,6 +25,7 @@ from coordinator.durations import format_age
 from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import WaitReport
+from coordinator.fleet.tracing import command_span
 from coordinator.settings import CoordinatorSettings
 from replica.contract import FleetState
 from replica.contract.urls import redact_url
@@ -53,11 +54,19 @@ def run_change(
     progress: Progress,
     json_out: bool,
 ) -> T:
-    """``act`` within ``progress.deadline()``: past it, say what ``progress`` knows."""
-    try:
-        return run_with_fleet(settings, act, deadline=progress.deadline)
-    except DeadlineExceeded:
-        pass
+    """``act`` within ``progress.deadline()``: past it, say what ``progress`` knows. Traced as
+    the span of the command (``fleetgate pause``, ``fleetgate resume``) when OpenTelemetry is
+    installed."""
+    with command_span(command_name("change"), settings.fleet):
+        try:
+            return run_with_fleet(settings, act, deadline=progress.deadline)
+        except DeadlineExceeded:
+            pass
+        _past_deadline(settings, progress, json_out)
+
+
+def _past_deadline(settings: CoordinatorSettings, progress: Progress, json_out: bool) -> NoReturn:
+    """Say what ``progress`` knows of a change cut off by its deadline (exit 1, 5 or 3)."""
     limit = progress.limit
     waited = f"no answer came within --timeout {format_age(limit)}"
     if progress.step == "read":
@@ -74,6 +83,17 @@ def run_change(
         "but Redis did not answer while waiting for the replicas",
         EXIT_TIMEOUT,
     ) from None
+
+
+def command_name(default: str) -> str:
+    """The name of the CLI command running (click's context), else ``default``."""
+    try:  # typer >= 0.20 vendors click; older ones run on click itself
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - older typer
+        from click import get_current_context  # type: ignore[no-redef]
+
+    ctx = get_current_context(silent=True)
+    return ctx.info_name if ctx is not None and ctx.info_name else default
 
 
 def unconfirmed_line(settings: CoordinatorSettings, progress: Progress) -> str | None:
@@ -119,4 +139,4 @@ def report_action(
         raise CliError(render.stragglers_line(report), EXIT_TIMEOUT)
 
 
-__all__ = ["change_then_wait", "report_action", "run_change", "unconfirmed_line"]
+__all__ = ["change_then_wait", "command_name", "report_action", "run_change", "unconfirmed_line"]

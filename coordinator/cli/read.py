@@ -79,7 +79,10 @@ def status(
                                                        slow_ack_s=slow_ack))
 
     if not watch:
-        st = run_with_fleet(settings, read_known)
+        from coordinator.fleet.tracing import command_span
+
+        with command_span("status", settings.fleet):
+            st = run_with_fleet(settings, read_known)
         if json_out:
             emit_json(as_json(st))
         else:
@@ -126,7 +129,10 @@ def history(
             await must_be_known(fleet)
         return events
 
-    events = run_with_fleet(settings, read)
+    from coordinator.fleet.tracing import command_span
+
+    with command_span("history", settings.fleet):
+        events = run_with_fleet(settings, read)
     if json_out:
         emit_json(render.history_dict(settings.fleet, events))
     else:

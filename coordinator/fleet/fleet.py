@@ -32,10 +32,11 @@ from redis.exceptions import RedisError
 
 from coordinator.fleet.calls import again
 from coordinator.fleet.changes import Changes
-from coordinator.fleet.durability import Durability, write_confirmed
+from coordinator.fleet.durability import Durability, NotConfirmed, write_confirmed
 from coordinator.fleet.listener import AckListener
 from coordinator.fleet.models import AuditEvent, FleetStatus, ReplicaInfo, WaitReport
 from coordinator.fleet.reads import Reads
+from coordinator.fleet.tracing import change_span, made, wait_span, waited
 from coordinator.fleet.waiting import Waiter
 from replica.contract import (
     A_ACTION,
@@ -44,6 +45,7 @@ from replica.contract import (
     A_REASON,
     A_VERSION,
     AUDIT_MAXLEN,
+    DEFAULT_HOLD,
     ITEM_FIELD,
     FleetState,
     Keys,
@@ -150,10 +152,18 @@ class Fleet:
         (``ActiveHoldConflict``, kind ``active``, nothing changed) unless ``reschedule``; then,
         when it was the last active hold, the fleet resumes and the change is audited as the
         ``resume`` it is."""
-        return await self._changes.pause(
-            reason, by, expected_for, auto_resume_after, resume_stagger, hold, starts_at,
-            reschedule,
-        )
+        with change_span(self._name, "pause", hold or DEFAULT_HOLD, by) as traced:
+            try:
+                state = await self._changes.pause(
+                    reason, by, expected_for, auto_resume_after, resume_stagger, hold,
+                    starts_at, reschedule,
+                )
+            except NotConfirmed as exc:  # made: the span says what, and that it is unconfirmed
+                made(traced, exc.state)
+                traced.outcome = "not_confirmed"
+                raise
+            made(traced, state)
+            return state
 
     async def resume(
         self,
@@ -172,7 +182,15 @@ class Fleet:
         goes, the fleet resumes; with ``stagger`` each replica waits an offset derived from
         its id, spread evenly over that window. ``reason`` (optional) goes to the audit trail.
         Resuming a fleet without holds changes nothing and returns the state."""
-        return await self._changes.resume(by, stagger, reason, hold, all)
+        with change_span(self._name, "resume", "*" if all else hold, by) as traced:
+            try:
+                state = await self._changes.resume(by, stagger, reason, hold, all)
+            except NotConfirmed as exc:
+                made(traced, exc.state)
+                traced.outcome = "not_confirmed"
+                raise
+            made(traced, state)
+            return state
 
     async def restore_if_missing(self) -> bool:
         """Put the state hash back from the replica records when Redis forgot it (or holds an
@@ -241,12 +259,14 @@ class Fleet:
         The final word on each replica is its record: an acknowledgement its record does not
         confirm does not count. A wait that ends with stragglers is recorded in the events
         stream, for ``fleetgate serve`` to announce."""
-        report = await self._waiter.wait(
-            version, timeout, self.wait_poll_interval, self._changes.last
-        )
-        if report.stragglers:
-            await self._record_stragglers(report)
-        return report
+        with wait_span(self._name, version) as traced:
+            report = await self._waiter.wait(
+                version, timeout, self.wait_poll_interval, self._changes.last
+            )
+            waited(traced, report)
+            if report.stragglers:
+                await self._record_stragglers(report)
+            return report
 
     async def _record_stragglers(self, report: WaitReport) -> None:
         """A ``wait`` entry in the events stream: bounded to a second, never the wait's error

@@ -47,6 +47,7 @@ from replica.control.fleetholds import FleetHolds, condition
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
 from replica.control.schedule import HoldSchedule
+from replica.control.tracing import FLEET, HOLDS, REPLICA, REPLICA_TRACER, VERSION, span
 from replica.errors import InvalidMessage
 from replica.pool.pool import PausablePool
 
@@ -264,14 +265,28 @@ class StateApplier:
         self._outbox.wake.set()
 
     def _apply(self, state: FleetState, source: str) -> None:
-        self.schedule.applying = True
-        try:
-            self._apply_state(state, source)
-        finally:
-            self.schedule.applying = False
+        # A span per state applied (OpenTelemetry, when installed): joined to the change that
+        # made the state by fleetgate.fleet and fleetgate.version.
+        with span(REPLICA_TRACER, "fleetgate.apply", {
+            FLEET: self._fleet, VERSION: state.version, REPLICA: self._replica_id,
+            "fleetgate.source": source,
+        }) as traced:
+            self.schedule.applying = True
+            try:
+                propagation = self._apply_state(state, source)
+            finally:
+                self.schedule.applying = False
+            if traced.recording:
+                traced.update({
+                    "fleetgate.paused": self.fleet_held,
+                    HOLDS: [h.name for h in state.active_holds()],
+                    "fleetgate.propagation_s": propagation,
+                })
         self._outbox.kick()
 
-    def _apply_state(self, state: FleetState, source: str) -> None:
+    def _apply_state(self, state: FleetState, source: str) -> float | None:
+        """Apply ``state``; returns its propagation delay in seconds (None: unknown, or the
+        applied version again)."""
         prev = self.applied
         self._older_pause = None
         now, now_text = clock()
@@ -306,6 +321,7 @@ class StateApplier:
                 listener(state, propagation)
             except Exception:
                 log.exception("fleet %s: a state listener failed", self._fleet)
+        return propagation
 
     # ------------------------------------------------------------------ the clock
 
