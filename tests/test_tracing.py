@@ -33,15 +33,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def spans() -> InMemorySpanExporter:
-    """An in-memory exporter on the process's SDK tracer provider (set here if none is)."""
+def spans() -> Iterator[InMemorySpanExporter]:
+    """An in-memory exporter on the process's SDK tracer provider (set here if none is); shut
+    down after this module, so the tests after it keep no spans."""
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
         provider = TracerProvider()
         trace.set_tracer_provider(provider)
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return exporter
+    yield exporter
+    exporter.clear()
+    exporter.shutdown()
 
 
 @pytest.fixture
