@@ -79,19 +79,24 @@ def _testcontainers_url() -> tuple[str, object] | None:
 
 
 def _cell_server(cell: compatkit.Cell, where: pytest.TempPathFactory) -> Iterator[str]:
-    """The shared server of a compatibility cell, started here (never a named one)."""
+    """The shared server of a compatibility cell, started here (never a named one); one that
+    died during the run is an error naming its last log lines."""
     if not cell.tls:
-        with LocalRedis() as server:
-            yield cell.url(server.host, server.port)
-        return
-    files = make_tls_files(where.mktemp("tls"))
-    tls = TlsRedis(files, auth_clients=True)
-    tls.server.start()  # a server without TLS is an error here, not a skip
-    try:
-        yield cell.url(tls.server.host, tls.tls_port, f"ssl_ca_certs={files.ca}&ssl_certfile="
+        server = LocalRedis().start()
+        url = cell.url(server.host, server.port)
+    else:
+        files = make_tls_files(where.mktemp("tls"))
+        tls = TlsRedis(files, auth_clients=True)
+        server = tls.server.start()  # a server without TLS is an error here, not a skip
+        url = cell.url(server.host, tls.tls_port, f"ssl_ca_certs={files.ca}&ssl_certfile="
                        f"{files.client_cert}&ssl_keyfile={files.client_key}")
+    try:
+        yield url
+        if not server.running:
+            raise RuntimeError(f"the shared server of {cell.name} died during the run: "
+                               f"{server.log_tail(20)}")
     finally:
-        tls.stop()
+        server.stop()
 
 
 @pytest.fixture(scope="session")
