@@ -24,7 +24,10 @@ import logging
 import random
 from typing import Any, Final
 
+from redis.exceptions import ResponseError
+
 from bench.chaos.settings import CLUSTER, SENTINEL
+from bench.redisnode import wait_for
 from bench.topology import SERVICE, Cluster, Node, SentinelGroup
 from replica.control.slots import slot_of
 
@@ -158,8 +161,15 @@ class HaRedis:
         group = self.group
         if isinstance(group, SentinelGroup):
             sentinel = next(s for s in group.sentinels if s.running)
-            with sentinel.client() as c:
-                c.execute_command("SENTINEL", "FAILOVER", SERVICE)
+
+            def asked() -> bool | None:
+                # NOGOODSLAVE: the sentinel has not yet seen the replica in sync: ask again
+                with sentinel.client() as c, contextlib.suppress(ResponseError):
+                    c.execute_command("SENTINEL", "FAILOVER", SERVICE)
+                    return True
+                return None
+
+            wait_for("a sentinel to take the failover", asked, FAILOVER_TIMEOUT_S)
         else:
             with group.replica_of(old).client() as c:
                 c.execute_command("CLUSTER", "FAILOVER")
