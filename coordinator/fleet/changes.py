@@ -2,8 +2,7 @@
 
 A change is one script (``replica/contract/set_state.lua``): bump the version, write the state
 hash, append to the audit stream, publish on the control channel, and answer with the new
-state and how many replicas are registered (ZCARD: O(1)). It never lists them: a change costs
-the same at 10 replicas and at 5,000, and ``wait`` reads the members itself, once.
+state and the registered replicas (what ``wait`` reads first, so it need not read it again).
 What an operator writes (``reason``, ``by``) is checked by the contract's one rule
 (``check_reason``, ``check_by``) before anything is sent. A script that was sent and got no
 answer raises ``OutcomeUnknown`` (see ``coordinator.fleet.calls``).
@@ -23,7 +22,7 @@ from redis.asyncio import Redis
 from coordinator.fleet import registry
 from coordinator.fleet.calls import ChangeScript
 from coordinator.fleet.durability import Durability
-from coordinator.fleet.reads import Reads, restored_at
+from coordinator.fleet.reads import Members, Reads, parse_flat_members, restored_at
 from replica.contract import (
     AUDIT_MAXLEN,
     MAX_STAGGER_S,
@@ -54,14 +53,11 @@ PRUNE_AFTER: Final = timedelta(hours=1)
 
 @dataclass(frozen=True, slots=True)
 class LastChange:
-    """What the last change answered: ``wait`` on its version takes the state from it
-    instead of Redis for a moment (``at`` is ``time.monotonic()``), and reads the members only
-    when ``registered`` says there are any."""
+    """What the last change answered: ``wait`` on its version reads it instead of Redis for
+    a moment (``at`` is ``time.monotonic()``)."""
 
     state: FleetState
-    registered: int | None
-    """How many members the replicas set had after the change (the script's ZCARD; None:
-    not known)."""
+    members: Members
     at: float
     restored_at: datetime | None = None
     """The state hash's ``restored_at`` (set_state returns it with the state)."""
@@ -181,9 +177,11 @@ class Changes:
         fields = [text(x) for x in result[1]]
         raw = dict(zip(fields[::2], fields[1::2], strict=True))
         state = FleetState.from_hash(self._name, raw)
+        members = parse_flat_members(result[2])
+        self._reads.noted(members.unreadable)
         self._warn(result[4] if len(result) > 4 else [])
-        # what wait(state.version) would read first: kept for a moment, saves a read
-        self.last = LastChange(state, _count(result[2]), time.monotonic(), restored_at(raw))
+        # what wait(state.version) would read first: kept for a moment, saves a round trip
+        self.last = LastChange(state, members, time.monotonic(), restored_at(raw))
         if status == "ok":
             # the registry of fleets: a key of its own slot, so a call of its own after the
             # script; a resume that changed nothing writes nothing (a mistyped name stays
@@ -243,12 +241,6 @@ class Changes:
                         self._name, newest.version, "paused" if newest.paused else "running")
             return True
         return False
-
-
-def _count(raw: Any) -> int | None:
-    """The script's count of registered replicas (its ZCARD, an integer reply); None for
-    anything else (then ``wait`` reads the members, as it would for any count but 0)."""
-    return raw if type(raw) is int and raw >= 0 else None
 
 
 def _positive(name: str, value: timedelta | float | None) -> timedelta | None:

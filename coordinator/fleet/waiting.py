@@ -17,9 +17,7 @@ A listening ``Fleet`` whose replicas all acknowledge in time reads no record at 
 path, no round trip added): there an acknowledgement is taken as it comes.
 
 Who is waited for: every replica live at the change, from the snapshot ``wait`` takes (the
-state that ``pause()``/``resume()`` returned and one read of the ``replicas`` set, or the two
-read together: the change's script counts the members but never lists them, so that a change
-costs the same at any size of fleet), judged by each one's
+``replicas`` set that ``pause()``/``resume()`` returned, or one read), judged by each one's
 record at its first read: its heartbeat was not stale at the change. Once waited for, a replica
 is let go only when it left: a clean stop removed both its record and its member (``GONE``,
 listed in ``excused``), seen in one read of the set with the state, while Redis has not lost
@@ -55,7 +53,7 @@ from coordinator.fleet.models import (
     Excused,
     WaitReport,
 )
-from coordinator.fleet.reads import Members, Reads, Snapshot
+from coordinator.fleet.reads import Reads, Snapshot
 from replica.contract import (
     RECORD_TTL_HEARTBEATS,
     STALE_HEARTBEATS,
@@ -126,12 +124,8 @@ class _Run:
                 own = sub = await subscribe_acks(self.w.redis, self.w.keys, deadline)
             if last is not None and last.state.version == self.version and \
                     time.monotonic() - last.at < 1.0:
-                # from pause()/resume(): the state as the change wrote it, and the members
-                # read once here (the change's script only counts them: a change costs the
-                # same whatever the fleet's size); none to read when it counted none
-                members = Members({}) if last.registered == 0 else await self.w.reads.members()
-                self.w.reads.noted(members.unreadable)
-                snapshot = Snapshot(last.state, members, last.restored_at)
+                # from pause()/resume()
+                snapshot = Snapshot(last.state, last.members, last.restored_at)
             else:
                 snapshot = await self.w.reads.snapshot()
             await self._start(snapshot, listening_before=own is None)
