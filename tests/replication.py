@@ -101,4 +101,15 @@ def replicated_fixture() -> Iterator[Replicated]:
         pair.stop()
 
 
-__all__ = ["Replicated", "replicated_fixture"]
+SHORT = 0.3
+"""The confirmation timeout of the tests that expect none to come."""
+
+
+def waits(url: str) -> int:
+    """WAIT calls the server at ``url`` has answered so far."""
+    with SyncRedis.from_url(url, decode_responses=True) as r:
+        stats = r.info("commandstats")
+    return int(stats.get("cmdstat_wait", {}).get("calls", 0))
+
+
+__all__ = ["SHORT", "Replicated", "replicated_fixture", "waits"]

@@ -33,8 +33,9 @@ async def two_pending(redis: aioredis.Redis, fleet: str) -> bool:
     return (await read_backlog(redis, Keys(fleet))).pending == 2
 
 
-@pytest.fixture
-async def client(private_redis: LocalRedis) -> AsyncIterator[aioredis.Redis]:
+@pytest.fixture(name="client")
+async def client_fixture(private_redis: LocalRedis) -> AsyncIterator[aioredis.Redis]:
+    """A client of the test's own server (decoded replies)."""
     redis = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
     try:
         yield redis

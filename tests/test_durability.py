@@ -25,19 +25,11 @@ from replica.errors import ContractError
 from tests.apikit import client_for, json_headers, make_settings, strict_json
 from tests.clikit import one_line, run
 from tests.replication import (
+    SHORT,
     Replicated,
     replicated_fixture,  # noqa: F401 (the replicated fixture)
+    waits,
 )
-
-SHORT = 0.3
-"""The confirmation timeout of the tests that expect none to come."""
-
-
-def waits(url: str) -> int:
-    """WAIT calls the server at ``url`` has answered so far."""
-    with SyncRedis.from_url(url, decode_responses=True) as r:
-        stats = r.info("commandstats")
-    return int(stats.get("cmdstat_wait", {}).get("calls", 0))
 
 
 def state_on(server: LocalRedis, fleet: str) -> dict[str, str]:

@@ -34,20 +34,12 @@ from replica.control.connect import connect
 from tests.clikit import one_line, run
 from tests.failoverkit import starve_replicas
 from tests.replication import (
+    SHORT,
     Replicated,
     replicated_fixture,  # noqa: F401 (the replicated fixture)
+    waits,
 )
 from tests.topology import Node, SentinelGroup, sentinel_group_fixture  # noqa: F401 (the fixture)
-
-SHORT = 0.3
-"""The confirmation timeout of the tests that expect none to come."""
-
-
-def waits(url: str) -> int:
-    """WAIT calls the server at ``url`` has answered so far."""
-    with SyncRedis.from_url(url, decode_responses=True) as r:
-        stats = r.info("commandstats")
-    return int(stats.get("cmdstat_wait", {}).get("calls", 0))
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,13 @@ import pytest
 import redis.asyncio as aioredis
 
 from coordinator.demo.localredis import LocalRedis, free_port
-from coordinator.fleet.backlog import read_backlog
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.snapshots import Snapshots
 from coordinator.web.fleetview import scaling_view
 from replica.contract import WORK_GROUP, Keys
 from tests.fleetkit import until
 from tests.procs import Processes, base_env, enqueue, replica_processes
+from tests.test_backlog import client_fixture, two_pending  # noqa: F401 (the client fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -47,20 +46,6 @@ def keda_value(body: bytes, location: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise AssertionError(f"valueLocation {location!r} must point to a number, got {value!r}")
     return float(value)
-
-
-async def two_pending(redis: aioredis.Redis, fleet: str) -> bool:
-    """The replica (capacity 2, each item a long sleep) took its two items."""
-    return (await read_backlog(redis, Keys(fleet))).pending == 2
-
-
-@pytest.fixture
-async def client(private_redis: LocalRedis) -> AsyncIterator[aioredis.Redis]:
-    redis = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
-    try:
-        yield redis
-    finally:
-        await redis.aclose()
 
 
 async def serve(processes: Processes, url: str, fleet: str, tmp_path: Path) -> str:
