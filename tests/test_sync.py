@@ -24,6 +24,10 @@ async def test_a_heartbeat_rides_on_a_poll_rather_than_a_round_trip_of_its_own(
                       heartbeat_interval=0.2)
     await replica.start()
     try:
+        # the writes of start-up (the syncing hold released, the subscription confirmed) go
+        # out at once, whatever the poll's phase: spied on only once they have gone
+        outbox = replica.controller._outbox
+        await until(lambda: not outbox.record_dirty, what="the start-up record written")
         link = replica.controller._link
         call = link.call
         trips: list[list[str]] = []
