@@ -20,7 +20,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from redis.exceptions import RedisError
 
@@ -78,6 +78,32 @@ class Progress:
         return self.started + self.limit + (self.grace if self.step == "wait" else 0.0)
 
 
+def _transports(redis: Any) -> list[asyncio.WriteTransport]:
+    """The transports of the client's pooled connections (a single server's or a Sentinel
+    master's pool: redis-py keeps them in ``_available_connections``/``_in_use_connections``)."""
+    pool = getattr(redis, "connection_pool", None)
+    found: list[asyncio.WriteTransport] = []
+    for attr in ("_available_connections", "_in_use_connections"):
+        for conn in list(getattr(pool, attr, None) or ()):
+            writer = getattr(conn, "_writer", None)
+            transport = getattr(writer, "transport", None)
+            if isinstance(transport, asyncio.WriteTransport):
+                found.append(transport)
+    return found
+
+
+async def _close(redis: Any) -> None:
+    """Close the client within ``CLOSE_TIMEOUT_S``; then abort whatever is still open: a TLS
+    connection's close waits for the server's close_notify, which a loaded server may send
+    after the bound, and the loop ends with the command (its socket left to the GC)."""
+    transports = _transports(redis)
+    try:
+        await asyncio.shield(bounded(redis.aclose(), CLOSE_TIMEOUT_S))
+    finally:
+        for transport in transports:
+            transport.abort()
+
+
 def outcome_unknown(settings: CoordinatorSettings, why: str) -> CliError:
     """The one line (and exit 5) of a change that was sent and never answered."""
     return CliError(
@@ -130,7 +156,7 @@ def run_with_fleet(
             except (RedisError, OSError, TimeoutError) as exc:
                 raise await _explained(settings, target, exc) from None
         finally:
-            await asyncio.shield(bounded(redis.aclose(), CLOSE_TIMEOUT_S))
+            await _close(redis)
 
     try:
         return Shutdown(interrupted).run(go())
