@@ -12,6 +12,8 @@ Routes::
                                        "timeout"?}
     GET  /api/fleets           view   every fleet, one row each; and /api/fleets/{name}[/...]
                                       as the four above for any fleet (coordinator.web.fleets)
+    GET  /api/fleets/{name}/timeline, /api/timeline
+                               view   holds over time, for the dashboard (coordinator.web.timeline)
     GET  /metrics              Prometheus text (public unless FLEETGATE_METRICS_AUTH)
     GET  /openapi.json         the OpenAPI description; /docs and /redoc (Swagger UI, ReDoc:
                                scripts from a CDN) only with FLEETGATE_API_DOCS=true
@@ -66,6 +68,7 @@ from coordinator.web.middleware import (
     HeadAsGet,
     JsonWrites,
 )
+from coordinator.web.timeline import install as install_timeline_routes
 from coordinator.web.watcher import FleetsWatcher
 from replica.control.connect import connect
 from replica.errors import ConfigError
@@ -187,6 +190,7 @@ def create_app(
         return {"ok": True, "fleet": fleet.name, "redis": "up" if up else "down"}
 
     install_fleet_routes(app, settings)  # /api/fleet... and /api/fleets...
+    install_timeline_routes(app)  # /api/fleets/{name}/timeline and /api/timeline
     _document_json_writes(app)
 
     # -- metrics
