@@ -92,15 +92,17 @@ async def test_a_span_open_at_the_left_edge_or_still_open_now_is_drawn_as_such(
     await fleet.pause("brief", by="ops", hold="short", auto_resume_after=1.0)
     await fleet.pause("old one", by="ops", hold="old")
     # the pause of "old" two hours back: its entry rewritten with an older id and time
-    [(_, fields)] = await redis.xrevrange(keys.audit, count=1)
+    [(_, fields)] = await redis.xrevrange(keys.audit, count=1) or []
+    assert fields
     await redis.delete(keys.audit)
     early = now_utc() - timedelta(hours=2)
-    await redis.xadd(keys.audit, {**fields, "at": format_time(early)},
+    rewritten: dict[Any, Any] = {**dict(fields), "at": format_time(early)}
+    await redis.xadd(keys.audit, rewritten,
                      id=f"{int(early.timestamp() * 1000)}-0")
     await fleet.resume(by="ops", hold="old")
     released = format_time((await fleet.history(limit=1))[0].at)
     state = await fleet.state()
-    since = {h.name: h.since for h in state.effective_holds()}
+    since = {h.name: h.since or now_utc() for h in state.effective_holds()}
 
     now = now_utc()
     line = (await read_timeline(redis, fleet_name, now, hours=1, days=1)).to_dict()
