@@ -62,7 +62,7 @@ class CoordinatorSettings(BaseSettings):
     max_wait: float = Field(default=300.0)
     """The longest, in seconds, an API pause or resume with wait=true blocks."""
     min_replicas_ack: int = Field(default=1, ge=0, le=100)
-    """Replicas of the Redis primary that must confirm a pause, a resume or a batch of enqueued items (WAIT) before it answers, when the primary has replicas connected, or is a Sentinel master that a failover may be demoting (0: do not wait). Not confirmed in time, the change stays made: the CLI exits 4, the API answers 202; `fleetgate enqueue` exits 4 naming the items written but unconfirmed (enqueue them again if they must not be lost) and those not sent; `Fleet.enqueue` raises BatchNotConfirmed with their ids."""
+    """Replicas of the Redis primary that must confirm a pause, a resume or a batch of enqueued items (WAIT) before it answers, when the primary has replicas connected, or is a Sentinel master that a failover may be demoting (0: do not wait). Not confirmed in time, the change stays made: the CLI exits 4, the API answers 202; `fleetgate enqueue` exits 4 naming the items written but unconfirmed (enqueue them again if they must not be lost) and those not sent; `Fleet.enqueue` raises BatchNotConfirmed (a NotConfirmed) with their ids."""
     min_replicas_timeout: float = Field(default=1.0, le=60.0)
     """Seconds a pause or resume waits for min_replicas_ack replicas to confirm it (at most 60)."""
     max_body: int = Field(default=64 * 1024, ge=4096, le=1024 * 1024)

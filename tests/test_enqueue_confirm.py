@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 
 from bench.redisnode import wait_for
 from coordinator.demo.localredis import LocalRedis
-from coordinator.fleet.durability import BatchNotConfirmed, Unconfirmed
+from coordinator.fleet.durability import BatchNotConfirmed, NotConfirmed, Unconfirmed
 from coordinator.fleet.fleet import Fleet
 from replica.contract import Keys
 from replica.control.connect import connect
@@ -78,6 +78,7 @@ async def test_a_batch_the_frozen_replica_cannot_confirm_is_reported_and_is_what
         lost = caught.value.ids
         assert len(lost) == 7 and caught.value.acked == 0
         assert isinstance(caught.value, Unconfirmed)
+        assert isinstance(caught.value, NotConfirmed)  # the issue's name for it
         assert "not confirmed by a replica" in str(caught.value)
         # written to the primary all the same: the producer was told, not lied to
         assert set(lost) <= set(entries_on(old, keys.work))
@@ -185,6 +186,26 @@ def test_fleetgate_enqueue_stops_at_the_first_batch_no_replica_confirms(
     assert (report["count"], len(report["unconfirmed"]), report["unsent"]) == (0, 1000, 1500)
     with SyncRedis.from_url(replicated.url) as r:
         assert r.xlen(Keys(fleet_name).work) == 1000
+
+
+async def test_except_NotConfirmed_catches_a_batch_no_replica_confirmed(
+    replicated: Replicated, fleet_name: str
+) -> None:
+    """The issue names the producer's error ``NotConfirmed``: a producer written against it
+    (``except NotConfirmed``) is told of an unconfirmed batch, with its ids, to enqueue again."""
+    replicated.freeze()
+    async with Redis.from_url(replicated.url, decode_responses=True) as redis:
+        fleet = Fleet(redis, fleet_name, min_replicas_timeout=SHORT)
+        try:
+            await fleet.enqueue(items(4, "retry"))
+        except NotConfirmed as exc:
+            caught: NotConfirmed = exc
+        else:
+            pytest.fail("an enqueue no replica confirmed returned as if confirmed")
+    assert isinstance(caught, BatchNotConfirmed) and len(caught.ids) == 4
+    assert caught.acked == 0 and caught.fleet == fleet_name
+    with SyncRedis.from_url(replicated.url) as r:
+        assert r.xlen(Keys(fleet_name).work) == 4  # written, not confirmed: the producer knows
 
 
 async def test_min_replicas_ack_0_enqueues_without_a_wait(

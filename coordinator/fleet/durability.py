@@ -25,6 +25,10 @@ Work items are confirmed the same way (``write_confirmed``): ``Fleet.enqueue`` s
 ``XADD``s pipelined on one connection of the work stream's node, then ``WAIT`` on it; a batch no
 replica confirmed raises ``BatchNotConfirmed`` carrying the entry ids, so that a producer told
 "written" is never told so of a batch a failover can lose (it may enqueue it again).
+
+``except NotConfirmed`` catches both (the name the issue gives the producer's error):
+``BatchNotConfirmed`` derives from ``NotConfirmed``, which derives from ``Unconfirmed`` (kept as
+the common name too). A change's carries ``state``; a batch's ``fleet`` and ``ids`` instead.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from redis.asyncio.sentinel import SentinelManagedConnection
@@ -55,12 +59,15 @@ READ_MARGIN_S: Final = 1.0
 
 class Unconfirmed(FleetgateError):
     """Written to the Redis primary, not confirmed by a replica in time (``WAIT``): a pause or
-    resume (``NotConfirmed``) or a batch of work items (``BatchNotConfirmed``)."""
+    resume (``NotConfirmed``) or a batch of work items (``BatchNotConfirmed``, which is a
+    ``NotConfirmed`` too)."""
 
 
 class NotConfirmed(Unconfirmed):
     """A pause or resume that is made on the Redis primary, and published, but that no replica
-    confirmed within the timeout (``WAIT``): a failover now could lose it.
+    confirmed within the timeout (``WAIT``): a failover now could lose it. Also the base of
+    ``BatchNotConfirmed`` (a batch of enqueued items), so that ``except NotConfirmed`` around
+    ``Fleet.enqueue`` catches it; a batch's carries ``fleet`` and ``ids``, not ``state``.
 
     ``state`` is the state the change wrote; ``acked`` the replicas ``WAIT`` counted (None when
     it did not answer: ``why``); ``wanted`` how many were asked for."""
@@ -82,10 +89,12 @@ class NotConfirmed(Unconfirmed):
         )
 
 
-class BatchNotConfirmed(Unconfirmed):
+class BatchNotConfirmed(NotConfirmed):
     """A batch of work items (``Fleet.enqueue``) written to the Redis primary, which no replica
     confirmed within the timeout: a failover now could lose it. ``ids`` are the entry ids the
-    primary gave; ``acked``, ``wanted``, ``timeout_s`` and ``why`` as ``NotConfirmed``'s."""
+    primary gave; ``acked``, ``wanted``, ``timeout_s`` and ``why`` as ``NotConfirmed``'s (whose
+    ``state`` a batch has not: ``except NotConfirmed`` catches it, a change's handler reads
+    ``state`` only from what a change raised)."""
 
     def __init__(
         self, fleet: str, ids: list[str], acked: int | None, wanted: int, timeout_s: float,
@@ -99,10 +108,11 @@ class BatchNotConfirmed(Unconfirmed):
         self.why = why
         counted = f"{acked} of {wanted}" if acked is not None else f"no answer ({why})"
         span = f" ({ids[0]} .. {ids[-1]})" if ids else ""
-        super().__init__(
+        Unconfirmed.__init__(  # not NotConfirmed's: a batch has no state
+            self,
             f"{len(ids)} items{span} were written to fleet {fleet}'s work stream on the Redis "
             f"primary but not confirmed by a replica within {timeout_s:g}s ({counted}): a "
-            "failover now could lose them; enqueue them again if they must not be lost"
+            "failover now could lose them; enqueue them again if they must not be lost",
         )
 
 
@@ -239,11 +249,13 @@ async def _named_alone(conn: Any) -> bool:
 
 
 async def write_confirmed(
-    redis: Any, key: str, commands: Sequence[tuple[Any, ...]], rule: Durability
+    redis: Any, key: str, commands: Sequence[tuple[Any, ...]], rule: Durability,
+    written: Callable[[list[Any]], bool] | None = None,
 ) -> tuple[list[Any], Confirmation | None]:
     """Send ``commands`` (all on ``key``'s node) pipelined on one connection, read every reply,
     then confirm them there (``WAIT``, as a change's). Returns the replies and the
-    confirmation (None when ``rule`` is off); ``confirmation.confirmed`` says what it found.
+    confirmation (None when ``rule`` is off, or when ``written(replies)`` says nothing was
+    written: a batch the backlog limit refused); ``confirmation.confirmed`` says what it found.
 
     A reply that is an error is raised once every reply is read (nothing is confirmed then).
     A connection that breaks before the commands go out is tried once more, afresh (nothing
@@ -265,7 +277,7 @@ async def write_confirmed(
             replies, error = await _replies(conn, len(commands))
             if error is not None:
                 raise error
-            confirm = rule.begin()
+            confirm = rule.begin() if written is None or written(replies) else None
             if confirm is not None:
                 await confirm(conn)
             return replies, confirm
