@@ -8,13 +8,18 @@ no coordinator running.
 
 In the state hash the holds are the field ``holds``: a JSON object keyed by hold name, each
 value ``{"reason", "by", "since", "expected_until", "auto_resume_at", "starts_at"}`` (times ISO
-8601 UTC or null). The field is trusted only when ``holds_version`` equals ``version`` (the
+8601 UTC or null), and optionally ``"select"`` (a label selector, ``replica.contract.selectors``:
+the hold holds only the replicas whose labels match) and ``"canaries"`` (replica ids the hold is
+released on while a canary resume runs). ``hold_applies`` is the one rule of whom a hold holds:
+a replica of the previous release ignores both fields, and so holds (the safe side); a
+``select`` that cannot be read holds every replica (fail closed). The field is trusted only when ``holds_version`` equals ``version`` (the
 set-state script writes both); a hash written by an older release or by hand has no trusted
 holds, and its ``paused`` flag rules as before.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,7 +27,8 @@ from datetime import datetime
 from typing import Any, Final
 
 from replica.contract.clock import format_time, parse_time
-from replica.contract.names import FLEET_NAME_RE, MAX_TEXT_LEN
+from replica.contract.names import FLEET_NAME_RE, MAX_TEXT_LEN, REPLICA_ID_RE
+from replica.contract.selectors import MAX_SELECTOR_LEN, Selector, parse_selector
 from replica.errors import ContractError, HoldConflict, InvalidMessage
 
 DEFAULT_HOLD: Final = "default"
@@ -75,6 +81,11 @@ class Hold:
     expected_until: datetime | None = None
     auto_resume_at: datetime | None = None
     starts_at: datetime | None = None
+    select: str | None = None
+    """The label selector of the replicas it holds (None: every replica). Kept as written in
+    the state, unread: ``hold_applies`` reads it (and holds when it cannot)."""
+    canaries: tuple[str, ...] = ()
+    """The replica ids a canary resume released it on (sorted)."""
 
     def status(self, now: datetime) -> str:
         """``scheduled``, ``active`` or ``ended`` at ``now``."""
@@ -96,6 +107,8 @@ class Hold:
             "expected_until": format_time(self.expected_until) or None,
             "auto_resume_at": format_time(self.auto_resume_at) or None,
             "starts_at": format_time(self.starts_at) or None,
+            "select": self.select,
+            "canaries": list(self.canaries),
         }
 
     @classmethod
@@ -112,6 +125,8 @@ class Hold:
             expected_until=_time(data, "expected_until", name),
             auto_resume_at=_time(data, "auto_resume_at", name),
             starts_at=_time(data, "starts_at", name),
+            select=_select(data.get("select")),
+            canaries=_canaries(data.get("canaries")),
         )
 
 
@@ -168,6 +183,58 @@ def running_since(holds: Iterable[Hold], now: datetime) -> datetime | None:
     return max(ends) if ends else None
 
 
+UNREADABLE_SELECT: Final = "<unreadable>"
+"""What ``select`` reads as when the state holds something other than text there (a hand
+edit): no selector parses from it, so the hold holds every replica."""
+
+
+def _select(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > MAX_SELECTOR_LEN:
+        return UNREADABLE_SELECT
+    return value
+
+
+def _canaries(value: Any) -> tuple[str, ...]:
+    """Replica ids, sorted; anything else (a hand edit) is no canary: the hold stays on every
+    replica (fail closed). An empty list may come back from Lua's cjson as ``{}``."""
+    if not isinstance(value, list) or len(value) > 10_000:
+        return ()
+    if not all(isinstance(v, str) and REPLICA_ID_RE.fullmatch(v) for v in value):
+        return ()
+    return tuple(sorted(set(value)))
+
+
+@functools.lru_cache(maxsize=256)
+def read_select(text: str) -> Selector | str:
+    """The selector of a hold's ``select``, or why it cannot be read (a str)."""
+    try:
+        return parse_selector(text)
+    except ContractError as exc:
+        return str(exc)
+
+
+def hold_applies(hold: Hold, labels: Mapping[str, str], replica_id: str) -> bool:
+    """Whether ``hold`` holds the replica ``replica_id`` with ``labels``: not when it is one of
+    the hold's canaries, else when the hold has no selector, or its selector matches, or its
+    selector cannot be read (fail closed)."""
+    if replica_id in hold.canaries:
+        return False
+    if hold.select is None:
+        return True
+    selector = read_select(hold.select)
+    return selector.matches(labels) if isinstance(selector, Selector) else True
+
+
+def select_error(hold: Hold) -> str | None:
+    """Why the hold's ``select`` cannot be read, or None (none, or it reads)."""
+    if hold.select is None:
+        return None
+    selector = read_select(hold.select)
+    return selector if isinstance(selector, str) else None
+
+
 def holds_field_error(exc: ContractError) -> InvalidMessage:
     return InvalidMessage("bad_field", f"holds: {str(exc)[:120]}")
 
@@ -196,16 +263,20 @@ __all__ = [
     "ENDED",
     "MAX_HOLDS",
     "SCHEDULED",
+    "UNREADABLE_SELECT",
     "ActiveHoldConflict",
     "Hold",
     "Holds",
     "active_holds",
+    "hold_applies",
     "holds_field_error",
     "holds_from_json",
     "holds_from_object",
     "holds_to_dict",
     "holds_to_json",
     "next_transition",
+    "read_select",
     "running_since",
+    "select_error",
     "validate_hold",
 ]

@@ -81,6 +81,9 @@ R_HEARTBEAT_INTERVAL: Final = "heartbeat_interval"
 R_POLL_INTERVAL: Final = "poll_interval"
 R_HOST: Final = "host"
 R_STARTED_AT: Final = "started_at"
+R_LABELS: Final = "labels"
+"""JSON object ``{key: value}`` of the replica's labels (``FLEETGATE_LABELS``; ``{}``: none),
+what a hold's ``select`` is matched against."""
 R_PROCESSED: Final = "processed"
 R_FAILED: Final = "failed"
 RECORD_FIELDS: Final = (
@@ -88,6 +91,7 @@ RECORD_FIELDS: Final = (
     R_RESUME_AT, R_IN_FLIGHT, R_QUEUED, R_QUIET, R_QUIET_AT, R_CONTROL, R_CONTROL_ERROR,
     R_HEARTBEAT_AT,
     R_HEARTBEAT_INTERVAL, R_POLL_INTERVAL, R_HOST, R_STARTED_AT, R_PROCESSED, R_FAILED,
+    R_LABELS,
 )
 CONTROL_CONNECTED: Final = "connected"
 CONTROL_DISCONNECTED: Final = "disconnected"

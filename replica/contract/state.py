@@ -7,7 +7,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +16,7 @@ from replica.contract.holds import (
     DEFAULT_HOLD,
     Hold,
     Holds,
+    hold_applies,
     holds_field_error,
     holds_from_json,
     holds_from_object,
@@ -136,6 +137,17 @@ class FleetState:
         if self.paused:
             return self.auto_resume_at
         return self.since
+
+    def for_replica(self, labels: Mapping[str, str], replica_id: str) -> FleetState:
+        """This state as the replica ``replica_id`` with ``labels`` follows it: only the holds
+        that hold it (``hold_applies``: a selector it does not match, or a canary resume that
+        released it, leaves a hold out). The state itself when every hold applies (or it has
+        no holds: ``paused`` rules, as an older release wrote it)."""
+        holds = self.holds
+        if holds is None or all(h.select is None and not h.canaries for h in holds):
+            return self
+        mine = tuple(h for h in holds if hold_applies(h, labels, replica_id))
+        return self if len(mine) == len(holds) else replace(self, holds=mine)
 
     def same_content(self, other: FleetState) -> bool:
         """Equal but for ``version`` and ``changed_at`` (a hash edited without a version bump)."""

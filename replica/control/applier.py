@@ -47,6 +47,7 @@ from replica.control.fleetholds import FleetHolds, condition
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
 from replica.control.schedule import HoldSchedule
+from replica.control.scope import HoldScope
 from replica.control.tracing import FLEET, HOLDS, REPLICA, REPLICA_TRACER, VERSION, span
 from replica.errors import InvalidMessage
 from replica.pool.pool import PausablePool
@@ -97,6 +98,7 @@ class StateApplier:
         replica_id: str,
         *,
         pause_timeout: float,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         self._pool = pool
         self._record = record
@@ -107,7 +109,9 @@ class StateApplier:
         """The pool holds that stand for the fleet's active holds."""
         self.control = ControlHold(pool)
         """The pool's ``control-plane`` hold (syncing, control loss, a fault)."""
-        self.schedule = HoldSchedule(pool, self.holds, outbox, fleet, replica_id)
+        self.scope = HoldScope(labels or {}, fleet, replica_id)
+        """Which of the fleet's holds hold this replica (its labels, a canary resume)."""
+        self.schedule = HoldSchedule(pool, self.holds, outbox, fleet, replica_id, self.scope)
         """When the applied state starts or ends a hold, or resumes, by the clock."""
         self.listeners: list[StateListener] = []
 

@@ -92,9 +92,11 @@ class FleetController(ControllerView):
         control_loss: ControlLossMode = DEFAULTS.control_loss,
         control_loss_after: float | None = DEFAULTS.control_loss_after,
         fault_fatal_after: float = DEFAULTS.fault_fatal_after,
+        labels: Mapping[str, str] | None = None,
         settings: ControllerSettings | None = None,
     ) -> None:
         options = ControllerSettings(
+            labels=tuple(sorted((labels or {}).items())),
             poll_interval=poll_interval, heartbeat_interval=heartbeat_interval, host=host,
             pause_timeout=pause_timeout, io_timeout=io_timeout, start_timeout=start_timeout,
             pubsub_ping_interval=pubsub_ping_interval, reconnect_cap=reconnect_cap,
@@ -115,11 +117,12 @@ class FleetController(ControllerView):
         self._record = ReplicaRecord(
             pool, self, keys, self._replica_id, heartbeat_interval=s.heartbeat_interval,
             poll_interval=s.poll_interval, host=s.host_name, extra_fields=extra_fields,
-            sharded=sharded(redis),
+            sharded=sharded(redis), labels=dict(s.labels),
         )
         self._outbox = Outbox(self._link, self._record, self._fleet)
         self._applier = StateApplier(pool, self._record, self._outbox, self._fleet,
-                                     self._replica_id, pause_timeout=s.pause_timeout)
+                                     self._replica_id, pause_timeout=s.pause_timeout,
+                                     labels=dict(s.labels))
         self._faults = ControlFaults(self._applier.control, self._fleet, self._replica_id,
                                      fatal_after=s.fault_fatal_after,
                                      on_change=self._on_fault_change)

@@ -11,7 +11,7 @@ import socket
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
-from replica.errors import ConfigError
+from replica.errors import ConfigError, ContractError
 
 ControlLossMode = Literal["keep", "hold"]
 """What a replica does once it has not read the fleet's state for ``control_loss_after``."""
@@ -31,6 +31,9 @@ class ControllerSettings:
     """Seconds between full writes of the replica record (a change writes at once)."""
     host: str | None = None
     """The host name the record shows."""
+    labels: tuple[tuple[str, str], ...] = ()
+    """The replica's labels (key, value), sorted: a hold with a ``select`` holds it only when
+    they match (``replica.contract.selectors``). In the record as ``labels``."""
     control_loss: ControlLossMode = "keep"
     """``keep``: a replica that cannot read the state keeps the one it applied (fail-static);
     ``hold``: it holds its pool (source ``control-plane``) after ``control_loss_after``
@@ -61,6 +64,13 @@ class ControllerSettings:
             raise ConfigError("heartbeat_interval must be positive")
         if self.control_loss not in CONTROL_LOSS_MODES:
             raise ConfigError(f"control_loss must be keep or hold, not {self.control_loss!r}")
+        if self.labels:
+            from replica.contract.selectors import check_labels
+
+            try:
+                check_labels(dict(self.labels))
+            except ContractError as exc:
+                raise ConfigError(f"labels: {exc}") from None
         if not self.fault_fatal_after > 0:
             raise ConfigError("fault_fatal_after must be positive")
         after = self.control_loss_after

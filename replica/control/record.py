@@ -37,6 +37,7 @@ from replica.contract import (
     R_HOLDS,
     R_HOST,
     R_IN_FLIGHT,
+    R_LABELS,
     R_PAUSED,
     R_POLL_INTERVAL,
     R_PROCESSED,
@@ -141,6 +142,7 @@ class ReplicaRecord:
         host: str,
         extra_fields: Callable[[], Mapping[str, Any]] | None = None,
         sharded: bool = False,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         self._pool = pool
         self._source = source
@@ -155,6 +157,7 @@ class ReplicaRecord:
             R_POLL_INTERVAL: f"{poll_interval:g}",
             R_HOST: host,
             R_STARTED_AT: format_time(self.started_at),
+            R_LABELS: json.dumps(dict(labels or {}), sort_keys=True, separators=(",", ":")),
         }
         self.applied_version = 0
         self._applied_json = ""

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from replica.contract import ACK_QUIET, ACK_RESUMED, FleetState, clock, now_utc, stagger_offset
 from replica.control.fleetholds import FleetHolds, condition, hold_names, pause_end
 from replica.control.outbox import Outbox
+from replica.control.scope import HoldScope
 from replica.pool.pool import PausablePool
 
 log = logging.getLogger(__name__)
@@ -32,8 +33,11 @@ class HoldSchedule:
     """When the applied state of one replica of ``fleet`` starts or ends a hold, or resumes."""
 
     def __init__(
-        self, pool: PausablePool, holds: FleetHolds, outbox: Outbox, fleet: str, replica_id: str
+        self, pool: PausablePool, holds: FleetHolds, outbox: Outbox, fleet: str, replica_id: str,
+        scope: HoldScope | None = None,
     ) -> None:
+        self.scope = scope or HoldScope({}, fleet, replica_id)
+        """Which holds hold this replica (a hold's selector, a canary resume)."""
         self._pool = pool
         self._holds = holds
         self._outbox = outbox
@@ -57,7 +61,9 @@ class HoldSchedule:
 
     def follow(self, state: FleetState, now: datetime, now_text: str, applied: bool) -> None:
         """Make the fleet's pool holds what ``state`` says at ``now`` (``applied``: it was just
-        applied; else the clock moved on), and plan the next wake."""
+        applied; else the clock moved on), and plan the next wake. Only the holds that hold
+        this replica count (``HoldScope``)."""
+        state = self.scope.mine(state)
         self.transition_at = state.next_transition(now)
         if state.effectively_paused(now):
             if self._holds.follow(state.active_holds(now), now, now_text) and not applied \
@@ -78,7 +84,7 @@ class HoldSchedule:
         """The live replicas of the fleet (None: the read failed) for a pending stagger of the
         ``applied`` state."""
         state = self.pending_stagger
-        if state is None or state is not applied:
+        if state is None or applied is None or state is not self.scope.mine(applied):
             return
         self.pending_stagger = None
         if peers is not None and self._replica_id not in peers:
@@ -135,6 +141,7 @@ class HoldSchedule:
         now, now_text = clock()
         if state is None:
             return
+        state = self.scope.mine(state)
         holds = self._holds
         was_held, before = self.fleet_held, holds.holds
         if self.transition_at is not None and now >= self.transition_at:

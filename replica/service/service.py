@@ -109,6 +109,7 @@ class ReplicaService:
             control_loss=settings.control_loss,
             control_loss_after=settings.control_loss_after,
             fault_fatal_after=settings.fault_fatal_after,
+            labels=settings.label_map,
         )
         self.metrics = ReplicaMetrics(self.pool, control=self.controller, source=self.source)
         self.controller.add_listener(self.metrics.observe_propagation)

@@ -19,15 +19,24 @@ import socket
 from collections.abc import Mapping
 from typing import Any, Final
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis.crc import key_slot
 
 from replica.contract import Keys, validate_fleet, validate_replica_id
+from replica.contract.selectors import parse_labels
 from replica.contract.urls import REDIS_SCHEMES, check_redis_url, parse_redis_url
 from replica.control.options import CONTROL_LOSS_MODES, ControlLossMode
 from replica.errors import ConfigError
+from replica.service.labels import canonical_labels, read_labels_file
 
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -68,6 +77,12 @@ class ReplicaSettings(BaseSettings):
     its connection opens or its last response is sent; past that the connection is closed."""
     http_max_connections: int = Field(default=256, ge=1, le=100_000)
     """HTTP connections open at once; one more is answered 503 and closed before it is read."""
+    labels: str = ""
+    """This replica's labels, "zone=eu-west-1a,version=1.4.2" (Kubernetes label rules): a hold
+    with a selector (pause --select) holds this replica only when they match. In the record."""
+    labels_file: str | None = None
+    """A file of labels read at start, one key="value" a line (a Kubernetes downwardAPI volume of
+    metadata.labels); FLEETGATE_LABELS wins for a key in both."""
     handler: str | None = None
     """The work handler, "module:function" naming an `async def handle(item)` (also --handler)."""
     workers: int = Field(default=4, ge=1, le=10_000)
@@ -146,6 +161,17 @@ class ReplicaSettings(BaseSettings):
     def _replica_id(cls, value: str) -> str:
         return validate_replica_id(value)
 
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: str) -> str:
+        return canonical_labels(value)
+
+    @model_validator(mode="after")
+    def _labels_file(self) -> ReplicaSettings:
+        if self.labels_file:
+            self._file_labels = read_labels_file(self.labels_file)
+        return self
+
     @field_validator("handler")
     @classmethod
     def _handler(cls, value: str | None) -> str | None:
@@ -220,6 +246,13 @@ class ReplicaSettings(BaseSettings):
         return self
 
     # -- derived
+
+    _file_labels: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @property
+    def label_map(self) -> dict[str, str]:
+        """The labels: the file's, then FLEETGATE_LABELS over them."""
+        return {**self._file_labels, **parse_labels(self.labels)}
 
     @property
     def keys(self) -> Keys:
