@@ -49,18 +49,21 @@ FAILOVER: Final = "failover"
 LOSSY_FAILOVER: Final = "lossy-failover"
 SENTINEL_KILL: Final = "sentinel-kill"
 SHARD_KILL: Final = "shard-kill"
+UNPLANNED_FAILOVER: Final = "unplanned-failover"
+"""Not drawn: a failover the topology made by itself (``bench.chaos.switches`` records it)."""
 KINDS: Final = (KILL, FREEZE, REDIS_RESTART, PUBSUB_KILL, LINK, GARBAGE, BAD_HANDLER)
 """The faults of one server (``--topology single``)."""
 WEIGHTS: Final = {KILL: 1.0, FREEZE: 1.5, REDIS_RESTART: 0.4, PUBSUB_KILL: 1.0, LINK: 1.5,
                   GARBAGE: 1.0, BAD_HANDLER: 0.7, PRIMARY_KILL: 0.5, FAILOVER: 0.5,
                   LOSSY_FAILOVER: 0.4, SENTINEL_KILL: 0.5, SHARD_KILL: 0.3}
-HA_FAILOVERS: Final = (PRIMARY_KILL, FAILOVER, LOSSY_FAILOVER, SHARD_KILL)
+HA_FAILOVERS: Final = (PRIMARY_KILL, FAILOVER, LOSSY_FAILOVER, SHARD_KILL, UNPLANNED_FAILOVER)
 """The faults that move a primary: the whole fleet's connections break, writes may be lost."""
 SENTINEL_KINDS: Final = (KILL, FREEZE, PRIMARY_KILL, FAILOVER, LOSSY_FAILOVER, SENTINEL_KILL,
                          PUBSUB_KILL, GARBAGE, BAD_HANDLER)
 CLUSTER_KINDS: Final = (KILL, FREEZE, PRIMARY_KILL, FAILOVER, LOSSY_FAILOVER, SHARD_KILL,
                         PUBSUB_KILL, GARBAGE, BAD_HANDLER)
-ALL_KINDS: Final = (*KINDS, PRIMARY_KILL, FAILOVER, LOSSY_FAILOVER, SENTINEL_KILL, SHARD_KILL)
+ALL_KINDS: Final = (*KINDS, PRIMARY_KILL, FAILOVER, LOSSY_FAILOVER, SENTINEL_KILL, SHARD_KILL,
+                     UNPLANNED_FAILOVER)
 
 FLEET_TARGET: Final = "fleet"
 REDIS_TARGET: Final = "redis"
@@ -186,4 +189,4 @@ def draw_schedule(settings: ChaosSettings) -> list[Fault]:
 __all__ = ["ALL_KINDS", "BAD_HANDLER", "CLUSTER_KINDS", "FAILOVER", "FREEZE", "GARBAGE",
            "HA_FAILOVERS", "KILL", "KINDS", "LINK", "LOSSY_FAILOVER", "PRIMARY_KILL",
            "PUBSUB_KILL", "REDIS_RESTART", "SENTINEL_KILL", "SENTINEL_KINDS", "SHARD_KILL",
-           "Fault", "draw_schedule", "kinds_for", "proxied_replica", "replica_ids"]
+           "UNPLANNED_FAILOVER", "Fault", "draw_schedule", "kinds_for", "proxied_replica", "replica_ids"]

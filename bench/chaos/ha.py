@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import shutil
+from pathlib import Path
 from typing import Any, Final
 
 from redis.exceptions import ResponseError
@@ -69,8 +71,15 @@ class HaRedis:
             _quick_sync(node)
         return self
 
-    def stop(self) -> None:
-        """Every process killed (frozen ones too), the directory removed."""
+    def stop(self, logs: Path | None = None) -> None:
+        """Every process killed (frozen ones too), each node's log copied into ``logs`` (as
+        ``redis-<port>.log``, ``sentinel-<port>.log``), the directory removed."""
+        for node in self.group.all:
+            node.stop()
+            if logs is not None:
+                name = f"{'sentinel' if node.sentinel else 'redis'}-{node.port}.log"
+                with contextlib.suppress(OSError):
+                    shutil.copyfile(node.dir / "server.log", logs / name)
         self.group.stop()
 
     # ------------------------------------------------------------------ who is who
@@ -101,6 +110,28 @@ class HaRedis:
         _quick_sync(node)
         self.settle()
         return node.pid
+
+    def named_primary(self) -> int | None:
+        """The port of the node the topology names the fleet's primary now (every live
+        sentinel agreeing; the slot's owner in the cluster), None when it cannot be told."""
+        group = self.group
+        try:
+            if isinstance(group, SentinelGroup):
+                node = group._named_master()
+                return None if node is None else node.port
+            return group.primary_for(self.key, 1.0).port
+        except Exception:  # a node down, a sentinel restarting: not told this time
+            return None
+
+    def demoted(self, port: int) -> bool:
+        """The node at ``port`` no longer serves as a primary: down, or a replica."""
+        node = next((n for n in self.data_nodes if n.port == port), None)
+        if node is None or not node.running:
+            return True
+        try:
+            return node.info("replication").get("role") != "master"
+        except Exception:  # it stopped answering: it takes no more writes
+            return True
 
     def wait_in_sync(self) -> None:
         self.group.wait_in_sync(FAILOVER_TIMEOUT_S)
@@ -249,11 +280,16 @@ class HaRedis:
     # ------------------------------------------------------------------ the channel
 
     def pubsub_kill(self, spare: str) -> int:
-        """``CLIENT KILL`` of every pub/sub connection on the fleet's primary but ``spare``'s."""
+        """``CLIENT KILL`` of every pub/sub connection on the fleet's primary but ``spare``'s
+        and the sentinels' own (``sentinel-…-pubsub``): a sentinel whose link is down counts
+        the primary unreachable since its last answer, and two that lose theirs at once on a
+        loaded machine can fail it over (``down-after-milliseconds`` 1 s), a failover the
+        schedule never said (``bench.chaos.switches`` records those that happen anyway)."""
         killed = 0
         with self.primary().client() as c:
             for client in c.client_list(_type="pubsub"):
-                if client.get("name") != spare:
+                name = str(client.get("name") or "")
+                if name != spare and not name.startswith("sentinel-"):
                     with contextlib.suppress(Exception):
                         c.client_kill_filter(_id=client["id"])
                         killed += 1

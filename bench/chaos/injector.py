@@ -56,6 +56,9 @@ class Injector:
             client_name=ADMIN_NAME, socket_timeout=3.0, socket_connect_timeout=2.0)
         self.primary_lock = asyncio.Lock()
         """One fault that moves a primary at a time (they wait for each other)."""
+        self.moves = 0
+        """Moved at the start and at the end of each fault that moves a primary: odd while one
+        is under way (``bench.chaos.switches`` tells those from the unplanned ones)."""
         self.healing = asyncio.Event()
         self.tasks: list[asyncio.Task[None]] = []
         self.done: list[Fault] = []
@@ -108,7 +111,11 @@ class Injector:
         if fault.kind in HA_FAILOVERS:
             async with self.primary_lock:  # the one before may still be failing over
                 if not self.healing.is_set():
-                    await self._run(fault, target)
+                    self.moves += 1
+                    try:
+                        await self._run(fault, target)
+                    finally:
+                        self.moves += 1
                 return
         if fault.kind in (KILL, FREEZE):
             lock = self.replicas.locks[target]

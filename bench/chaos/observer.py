@@ -19,7 +19,7 @@ import logging
 import time
 from collections import deque
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from redis.exceptions import RedisError
 
@@ -78,6 +78,8 @@ class Observer:
         self.records: dict[str, tuple[Any, ...]] = {}
         self.state: FleetState | None = None
         self.cursors: dict[Any, Any] = {keys.audit: "0-0", keys.dead: "0-0"}
+        self.read_ids: dict[str, set[str]] = {keys.audit: set(), keys.dead: set()}
+        """The entries of each stream written to the history (``resync`` adds the others)."""
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> Observer:
@@ -187,14 +189,40 @@ class Observer:
         for stream, entries in streams or []:
             for entry_id, fields in entries:
                 self.cursors[stream] = entry_id
-                if stream == keys.audit:
-                    self._audit(fields)
-                else:
-                    self._dead(fields)
+                self._entry(stream, entry_id, fields)
         now = datetime.fromtimestamp(t, UTC)
         for r, raw in zip(self.replica_ids, records, strict=True):
             info = ReplicaInfo.from_record(keys.fleet, r, raw, None, now)
             self._record(info)
+
+    def _entry(self, stream: str, entry_id: str, fields: dict[str, str]) -> None:
+        if entry_id in self.read_ids.setdefault(stream, set()):
+            return
+        self.read_ids[stream].add(entry_id)
+        if stream == self.keys.audit:
+            self._audit(fields)
+        else:
+            self._dead(fields)
+
+    async def resync(self) -> int:
+        """Read the audit and dead-letter streams whole and write what the history lacks; the
+        count written. The polls read each from a cursor, the last entry id seen: after a
+        failover, the entries the new primary took while the observer still read the old one
+        (a ``SENTINEL FAILOVER`` leaves both taking writes for seconds) have lower ids than
+        that cursor, and were never read (a run's dead letters seemed lost)."""
+        written = 0
+        for stream in (self.keys.audit, self.keys.dead):
+            start = "-"
+            while True:
+                entries = cast("list[tuple[str, dict[str, str]]]", await self.redis.xrange(
+                    stream, start, "+", count=1000))
+                for entry_id, fields in entries:
+                    written += entry_id not in self.read_ids.setdefault(stream, set())
+                    self._entry(stream, entry_id, fields)
+                if len(entries) < 1000:
+                    break
+                start = f"({entries[-1][0]}"
+        return written
 
     def _audit(self, fields: dict[str, str]) -> None:
         try:

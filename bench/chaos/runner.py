@@ -45,6 +45,7 @@ from bench.chaos.proxy import LinkProxy
 from bench.chaos.replicas import Replicas
 from bench.chaos.server import ChaosRedis
 from bench.chaos.settings import ChaosSettings
+from bench.chaos.switches import SwitchWatch
 from replica.contract import WORK_GROUP, Keys
 from replica.control.connect import connect
 
@@ -96,6 +97,8 @@ class ChaosRun:
         self.producer: Producer | None = None
         self.operator: Operator | None = None
         self.injector: Injector | None = None
+        self.switches: asyncio.Task[None] | None = None
+        """The watch for failovers no fault scheduled (replicated topologies), until cleanup."""
         self.cleaning = False
         """Set once the run has begun stopping everything it started (``_cleanup``): a stop
         request no longer needs to cancel it."""
@@ -157,6 +160,11 @@ class ChaosRun:
         schedule = draw_schedule(self.settings)
         self.history.write("schedule", faults=[f.describe() for f in schedule])
         t0 = time.monotonic()
+        if self.ha is not None:
+            injector = self.injector
+            self.switches = asyncio.create_task(
+                SwitchWatch(self.ha, self.history, lambda: injector.moves).run(),
+                name="chaos-switches")
         tasks = [
             asyncio.create_task(self.producer.run(), name="chaos-producer"),
             asyncio.create_task(self.operator.run(), name="chaos-operator"),
@@ -220,7 +228,18 @@ class ChaosRun:
                 if life is None or life.proc.poll() is not None:
                     await self.replicas.start(r)
         self.history.write("healed")
+        await self._resync()
         await self._settle("healed")
+
+    async def _resync(self) -> None:
+        """What the observer's polls missed of the audit and dead-letter streams (``resync``)."""
+        assert self.observer
+        try:
+            written = await self.observer.resync()
+        except (RedisError, OSError) as exc:
+            log.warning("could not read the audit and dead-letter streams whole: %s", exc)
+            return
+        self.history.write("resynced", entries=written)
 
     async def _settle(self, phase: str) -> None:
         """Until every live replica agrees with the state hash (its version, and held exactly
@@ -244,6 +263,7 @@ class ChaosRun:
         self.phase = "final"
         await self.operator.final_resume()
         await self._drain()
+        await self._resync()
         await self._settle("final")
         await self.replicas.stop_all(STOP_TIMEOUT_S)
         self.phase = "stopped"
@@ -280,6 +300,9 @@ class ChaosRun:
         part's stop is bounded (``CLEANUP_PART_S``), so a Redis call that hangs cannot keep the
         run, or its server, alive."""
         self.cleaning = True
+        if self.switches is not None:
+            self.switches.cancel()
+            await asyncio.gather(self.switches, return_exceptions=True)
         if self.replicas is not None:
             self.replicas.kill_everything()
         parts: list[Callable[[], Awaitable[object]]] = [
@@ -293,7 +316,7 @@ class ChaosRun:
                 async with asyncio.timeout(CLEANUP_PART_S):
                     await stop()
         if self.ha is not None:
-            await asyncio.to_thread(self.ha.stop)
+            await asyncio.to_thread(self.ha.stop, self.log_dir)
             self.history.write("exit", process="redis", pid=None, status=None, killed=False,
                                stopping=True)
         if self.server is not None:
