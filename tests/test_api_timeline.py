@@ -142,6 +142,9 @@ async def test_garbage_entries_are_skipped_and_counted_and_the_read_is_capped(
                     {"action": "pause", "hold": b"\xff\xfe", "at": stamp},
                     {"action": "hold_scheduled", "hold": "x", "at": stamp}):
         await redis.xadd(keys.audit, garbage)  # type: ignore[arg-type]
+    for known in ({"action": "restore", "by": "r-1", "at": stamp},  # no span, no garbage
+                  {"action": "schedule_added", "hold": "nightly", "at": stamp, "cron": "0 2 * * *"}):
+        await redis.xadd(keys.audit, known)  # type: ignore[arg-type]
     await fleet.resume(by="ops", hold="one")
     await fleet.pause("second", by="ops", hold="two")
     now = now_utc()

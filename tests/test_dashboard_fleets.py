@@ -363,7 +363,7 @@ def test_a_fleet_of_a_thousand_replicas_shows_the_summary_the_problems_and_every
         # one request a poll tick (a page asked for takes the next tick's place), each a page
         assert len(seen) <= polls(page) - ticks + 1
         base = f"/api/fleets/{fleet_name}"
-        assert {path for path, _ in seen} <= {base, base + "/history"}
+        assert {path for path, _ in seen} <= {base, base + "/history", base + "/timeline"}
         pages = [query for path, query in seen if query.get("replicas") == ["all"]]
         assert len(pages) >= REPLICAS // 100
         assert all(query.get("limit") == ["100"] for query in pages)

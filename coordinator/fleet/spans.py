@@ -13,7 +13,7 @@ state, which has the last word on what is in force now and what is planned:
 * ``window_started``/``window_ended`` (the watcher's edges) open and close a window; with no
   watcher running the edges are taken from ``starts_at``/``auto_resume_at`` themselves, as the
   replicas do (a span closes by itself at its ``auto_resume_at``: ``ended: auto``);
-* ``restore`` changes no hold. An entry that cannot be read (no time, an unknown action, a
+* ``restore`` and a schedule's changes (``schedule_added``...) open no span. An entry that cannot be read (no time, an unknown action, a
   hold name that is not one) is skipped and counted (``Rebuilt.skipped``).
 
 Then the state: a hold active now is an open span (``end`` null, ``until`` its
@@ -41,8 +41,12 @@ SCHEDULE: Final = "schedule"
 EXTRAS: Final = ("select", "canaries", "schedule")
 """Fields of a hold (or an audit entry) a span carries as they are, when present."""
 OPENS: Final = frozenset({"pause", "hold_added", "hold_updated"})
-KNOWN: Final = OPENS | {"resume", "hold_released", "hold_scheduled", "hold_cancelled",
-                        "window_started", "window_ended", "restore"}
+SCHEDULE_CHANGES: Final = frozenset({"schedule_added", "schedule_updated", "schedule_removed",
+                                     "schedule_ended"})
+"""A schedule's changes: no span of their own (its occurrences are computed from it)."""
+KNOWN: Final = OPENS | SCHEDULE_CHANGES | {
+    "resume", "hold_released", "hold_scheduled", "hold_cancelled", "window_started",
+    "window_ended", "restore"}
 
 
 @dataclass(slots=True)
@@ -98,7 +102,7 @@ def readable(entry: Entry) -> bool:
     e = entry.event
     if e.action not in KNOWN or e.at is None:
         return False
-    if e.action == "restore":
+    if e.action == "restore" or e.action in SCHEDULE_CHANGES:
         return True
     names = e.hold.split(",") if e.hold else []
     if e.action == "hold_scheduled" and e.starts_at is None:
@@ -107,7 +111,7 @@ def readable(entry: Entry) -> bool:
 
 
 def _extras(source: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: source[k] for k in EXTRAS if source.get(k) not in (None, "")}
+    return {k: source[k] for k in EXTRAS if source.get(k) not in (None, "", [], {})}
 
 
 class _Rebuild:

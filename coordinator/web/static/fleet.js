@@ -9,7 +9,10 @@ window.FG.fleet = (function () {
   const { $, formatAge, formatLag, secondsBetween, cell, fresh, stale, setConnection } = FG;
   const R = FG.replicas;
   const HISTORY_EVERY = 10; // ticks between history refreshes (and at once after a change)
-  const PANELS = ["banner", "holds-panel", "attention-panel", "replicas-panel", "history-panel"];
+  const TIMELINE_EVERY = 30; // ticks between timeline refreshes (and at once after a change)
+  const TIMELINE_QUERY = "/timeline?hours=24&days=7";
+  const PANELS = ["banner", "holds-panel", "timeline-panel", "attention-panel", "replicas-panel",
+    "history-panel"];
 
   let base = "";
   let poll = null;
@@ -18,8 +21,11 @@ window.FG.fleet = (function () {
   let pageAsked = false; // a page of replicas was asked for (first, previous, next)
   let historyDue = true;
   let historyVersion = null; // the version the history shown was fetched at
+  let timelineVersion = null; // the version the timeline shown was fetched at
   let seenVersion = null; // the version the last summary or page said
   let sinceHistory = 0;
+  let timelineDue = true;
+  let sinceTimeline = 0;
   let busy = false;
 
   function staleAll(why) {
@@ -62,6 +68,7 @@ window.FG.fleet = (function () {
     fresh("banner");
     fresh("holds-panel");
     if (st.version !== historyVersion) historyDue = true;
+    if (st.version !== timelineVersion) timelineDue = true;
   }
 
   // The work stream's figures (null: Redis cannot say; absent: an older coordinator).
@@ -98,6 +105,7 @@ window.FG.fleet = (function () {
     if (lastData === null) return "summary";
     if (lastData === "summary") return "page";
     if ((historyDue || sinceHistory >= HISTORY_EVERY) && lastKind !== "history") return "history";
+    if ((timelineDue || sinceTimeline >= TIMELINE_EVERY) && lastKind !== "timeline") return "timeline";
     return "summary";
   }
 
@@ -106,11 +114,13 @@ window.FG.fleet = (function () {
     let path = base;
     if (kind === "page") path = base + "?" + R.pageQuery();
     else if (kind === "history") path = base + "/history?limit=20";
+    else if (kind === "timeline") path = base + TIMELINE_QUERY;
     const asked = kind === "page" && pageAsked;
     const { response, body } = await FG.getJson(path);
     lastKind = kind;
-    if (kind !== "history") lastData = kind; // the turn goes on after a failure too
+    if (kind !== "history" && kind !== "timeline") lastData = kind; // the turn goes on after a failure too
     sinceHistory += 1;
+    sinceTimeline += 1;
     if (!response.ok || !body) {
       const [state, why] = FG.failure(response, body);
       const text = state === "auth" && why === "no token" ? "enter a token to see the fleet"
@@ -119,6 +129,7 @@ window.FG.fleet = (function () {
       setConnection(state, text);
       staleAll(response.status === 404 ? "not found" : why);
       historyDue = true; // fetched again once the answers are good
+      timelineDue = true;
       return false;
     }
     setConnection("live", "live");
@@ -129,6 +140,14 @@ window.FG.fleet = (function () {
       sinceHistory = 0;
       fresh("history-panel");
       return FG.anyStale(); // back after a failure: catch up on the other panels at once
+    }
+    if (kind === "timeline") {
+      FG.timeline.renderOne($("timeline"), body);
+      timelineVersion = seenVersion;
+      timelineDue = false;
+      sinceTimeline = 0;
+      fresh("timeline-panel");
+      return FG.anyStale();
     }
     seenVersion = body.state.version;
     renderBanner(body);
@@ -264,6 +283,7 @@ window.FG.fleet = (function () {
     } finally {
       busy = false;
       historyDue = true;
+      timelineDue = true;
       poll.kick();
     }
   }
@@ -331,7 +351,7 @@ window.FG.fleet = (function () {
     $("page-next").addEventListener("click", () => askPage(R.forward));
     $("page-size").addEventListener("change", () => askPage(() => { R.first(); return true; }));
     R.showPager();
-    poll = FG.poller(step, (why) => { staleAll(why); historyDue = true; });
+    poll = FG.poller(step, (why) => { staleAll(why); historyDue = true; timelineDue = true; });
     poll.start();
   }
 

@@ -93,13 +93,37 @@ window.FG.overview = (function () {
     document.title = (paused ? paused + " paused · " : "") + "fleets · fleetgate";
   }
 
+  // Every TIMELINE_EVERY ticks, the tick fetches the timelines instead (and the next tick
+  // follows at once): still one request a tick, and the table first after that.
+  const TIMELINE_EVERY = 30;
+  let timelineIn = 0;
+
+  async function timelines() {
+    const { response, body } = await FG.getJson("api/timeline?hours=24&days=7");
+    if (!response.ok || !body) {
+      stale("timelines-panel", FG.failure(response, body)[1]);
+      timelineIn = 0; // again at the next turn
+      return true;
+    }
+    FG.timeline.renderAll($("timelines"), body);
+    fresh("timelines-panel");
+    return true;
+  }
+
   async function step() {
+    if (timelineIn <= 0 && FG.token()) {
+      timelineIn = TIMELINE_EVERY;
+      return timelines();
+    }
+    timelineIn -= 1;
     const { response, body } = await FG.getJson("api/fleets");
     if (!response.ok || !body) {
       const [state, why] = FG.failure(response, body);
       setConnection(state, state === "auth" && why === "no token" ? "enter a token to see the fleets" : why);
       stale("fleets-panel", why);
-      return;
+      stale("timelines-panel", why);
+      timelineIn = 0;
+      return false;
     }
     setConnection("live", "live");
     render(body);
@@ -122,8 +146,8 @@ window.FG.overview = (function () {
 
   function start() {
     showDefault();
-    FG.poller(step, (why) => stale("fleets-panel", why)).start();
+    FG.poller(step, (why) => { stale("fleets-panel", why); stale("timelines-panel", why); timelineIn = 0; }).start();
   }
 
-  return { start, staleAll: (why) => stale("fleets-panel", why) };
+  return { start, staleAll: (why) => { stale("fleets-panel", why); stale("timelines-panel", why); } };
 })();
