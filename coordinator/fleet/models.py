@@ -11,6 +11,7 @@ from typing import Any, Final
 from coordinator.fleet.backlog import Backlog
 from replica.contract import (
     CONTROL_CONNECTED,
+    DEFAULT_HOLD,
     R_APPLIED_AT,
     R_APPLIED_STATE,
     R_APPLIED_VERSION,
@@ -23,6 +24,7 @@ from replica.contract import (
     R_HOLDS,
     R_HOST,
     R_IN_FLIGHT,
+    R_LABELS,
     R_PAUSED,
     R_POLL_INTERVAL,
     R_PROCESSED,
@@ -38,6 +40,7 @@ from replica.contract import (
     format_time,
     parse_time,
 )
+from replica.contract.selectors import check_labels
 from replica.errors import ContractError
 
 WHY_UNREACHABLE: Final = "unreachable"
@@ -77,6 +80,14 @@ def _time(value: str | None) -> datetime | None:
         return None
 
 
+def record_labels(raw: str | None) -> dict[str, str]:
+    """The ``labels`` field of a record: a JSON object of labels, else none (skipped)."""
+    try:
+        return check_labels(json.loads(raw or "{}"))
+    except (ValueError, RecursionError, AttributeError, ContractError):
+        return {}
+
+
 @dataclass(frozen=True, slots=True)
 class ReplicaInfo:
     """One replica as its record and its heartbeat score describe it."""
@@ -107,6 +118,9 @@ class ReplicaInfo:
     """What broke in the replica's controller while a loop's fault holds its pool, or empty."""
     extra: dict[str, str] = field(default_factory=dict)
     """Fields of the record beyond the contract's (the replica service adds its own)."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """The replica's labels (``FLEETGATE_LABELS``): what a hold's ``select`` matches. A record
+    whose labels cannot be read (an older release, garbage) has none."""
 
     @classmethod
     def from_record(
@@ -161,7 +175,20 @@ class ReplicaInfo:
             applied_state=applied_state,
             control_error=h.get(R_CONTROL_ERROR, ""),
             extra={k: v for k, v in h.items() if k not in RECORD_FIELDS},
+            labels=record_labels(h.get(R_LABELS)),
         )
+
+    @property
+    def fleet_holds(self) -> list[str]:
+        """The fleet holds that hold this replica, by its record (source ``fleet`` is the hold
+        ``default``, ``fleet:NAME`` the hold NAME)."""
+        out = []
+        for source in self.holds:
+            if source == "fleet":
+                out.append(DEFAULT_HOLD)
+            elif source.startswith("fleet:"):
+                out.append(source[6:])
+        return out
 
     @property
     def reachable(self) -> bool:
@@ -192,6 +219,7 @@ class ReplicaInfo:
             "applied_state": self.applied_state.to_dict() if self.applied_state else None,
             "control_error": self.control_error or None,
             "extra": dict(self.extra),
+            "labels": dict(self.labels),
         }
 
 

@@ -192,6 +192,16 @@ class RecordFigures:
     first (at most ``SLOWEST``)."""
     backlog: Backlog | None = None
     """The fleet's work stream as the snapshot read it (None: not read)."""
+    held: dict[str, int] = field(default_factory=dict)
+    """How many live replicas each fleet hold holds, by their records."""
+    held_ids: list[tuple[str, str]] = field(default_factory=list)
+    """``(hold, replica id)`` for each live replica a hold for part of the fleet (a selector,
+    canaries) holds: at most ``HELD_IDS_CAP``."""
+
+
+HELD_IDS_CAP: Final = 1000
+"""The most ``(hold, replica)`` pairs a summary keeps for the metrics of holds for part of a
+fleet (``fleetgate_fleet_replica_held``)."""
 
 
 def count(
@@ -211,9 +221,16 @@ def count(
     live = behind = in_flight = queued = 0
     flagged: list[tuple[int, str, ReplicaInfo, list[str]]] = []
     lags: list[tuple[float, str]] = []
+    partial = {h.name for h in state.holds or () if h.select is not None or h.canaries}
+    held: dict[str, int] = {}
+    held_ids: list[tuple[str, str]] = []
     for r in status.replicas:
         states[replica_state(r)] += 1
         if not r.stale:
+            for name in r.fleet_holds:
+                held[name] = held.get(name, 0) + 1
+                if name in partial and len(held_ids) < HELD_IDS_CAP:
+                    held_ids.append((name, r.id))
             live += 1
             in_flight += r.in_flight
             queued += r.queued
@@ -221,7 +238,9 @@ def count(
                 behind += 1
             elif changed is not None and r.applied_at is not None and state.version:
                 lags.append((max(0.0, (r.applied_at - changed).total_seconds()), r.id))
-        why = whys(r, state, paused)
+        # a hold for part of the fleet: whether it should hold this one is its own question
+        why = whys(r, state, paused if not partial else
+                   state.for_replica(r.labels, r.id).effectively_paused(now))
         if why:
             for w in why:
                 reasons[w] += 1
@@ -245,6 +264,7 @@ def count(
         in_flight=in_flight, queued=queued, unreadable=status.unreadable, reasons=reasons,
         attention=attention, attention_total=problems,
         slowest_acks=[(rid, lag) for lag, rid in slowest], backlog=status.backlog,
+        held=held, held_ids=held_ids,
     )
 
 

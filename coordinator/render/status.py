@@ -30,9 +30,10 @@ from coordinator.fleet.summary import (
     summarize,
     unacknowledged,
 )
-from coordinator.render.holds import holds_text, state_dict
+from coordinator.render.holds import add_holding, holds_text, state_dict
 from coordinator.render.text import cell, printable, short_age
 from replica.contract import FleetState, format_time, now_utc
+from replica.contract.selectors import format_labels
 
 STATUS_ROWS: Final = 20
 """The most replica rows ``fleetgate status`` prints without ``--all``."""
@@ -66,7 +67,7 @@ def status_dict(
     """The status shape: ``status --json`` and ``GET /api/fleet``."""
     return {
         "fleet": state.fleet,
-        "state": state_dict(state, now or now_utc()),
+        "state": add_holding(state_dict(state, now or now_utc()), replicas),
         "replicas": [r.to_dict() for r in replicas],
         "summary": summary(state, replicas, now, max_pause, unreadable, slow_ack_s, backlog),
     }
@@ -132,7 +133,7 @@ def banner(
     work = backlog_text(s)
     if work:
         line.append(f"\n{work}", style="yellow" if paused and s.get("backlog") else "")
-    line.append(holds_text(state, now))
+    line.append(holds_text(state, now, replicas))
     if s.get("slowest_acks"):
         slowest = s["slowest_acks"][0]
         line.append(f"\nslowest acknowledgement of v{state.version}: {printable(slowest['id'])} "
@@ -167,6 +168,9 @@ def replica_table(
     """One row per replica; with ``whys``, a column saying why each one needs attention."""
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     names = ["replica", "state", "version", "in flight", "queued", "last heartbeat", "ack lag", "host"]
+    labelled = any(r.labels for r in replicas)
+    if labelled:
+        names.append("labels")
     if whys is not None:
         names.append("needs attention")
     for name in names:
@@ -186,6 +190,8 @@ def replica_table(
             cell((short_age(lag) if acked else f"waiting {format_age(lag)}") if lag is not None else "-"),
             cell(r.host or "-"),
         ]
+        if labelled:
+            row.append(cell(format_labels(r.labels) or "-"))
         if whys is not None:
             row.append(cell(", ".join(_why_text(r, w) for w in whys.get(r.id, ())) or "-",
                             style="yellow"))

@@ -8,6 +8,11 @@ Metrics (every fleet of the registry ``fleetgate:fleets`` and the default one, a
     fleetgate_fleet_pause_overdue{fleet}        1 past expected_until, or past FLEETGATE_MAX_PAUSE
                                                 when the pause was given no window
     fleetgate_fleet_replicas{fleet,state}       replicas by state: running, paused, quiet, stale
+    fleetgate_fleet_hold_replicas{fleet,hold}   live replicas each hold holds (their records)
+    fleetgate_fleet_replica_held{fleet,hold,replica}
+                                                1 for each live replica a hold for part of the
+                                                fleet (a selector, canaries) holds (at most
+                                                1,000 a fleet; a fleet-wide hold holds them all)
     fleetgate_fleet_unacknowledged{fleet}       live replicas behind the fleet's current version
     fleetgate_fleet_state_version{fleet}        the state's version
     fleetgate_fleet_in_flight{fleet}            items in flight on live replicas
@@ -146,6 +151,13 @@ class _Gauges:
         self.replicas = gauge(
             "fleetgate_fleet_replicas", "Replicas by state (running, paused, quiet, stale)", "state"
         )
+        self.hold_replicas = gauge(
+            "fleetgate_fleet_hold_replicas", "Live replicas each fleet hold holds", "hold"
+        )
+        self.replica_held = gauge(
+            "fleetgate_fleet_replica_held",
+            "1 for each live replica a hold for part of the fleet holds", "hold", "replica",
+        )
         self.unacked = gauge(
             "fleetgate_fleet_unacknowledged", "Live replicas behind the fleet's current version"
         )
@@ -184,6 +196,11 @@ class _Gauges:
         self.overdue.labels(name).set(1 if s["overdue"] else 0)
         for st in REPLICA_STATES:
             self.replicas.labels(name, st).set(s[st])
+        held = {h.name: 0 for h in state.active_holds(fs.now)}  # one that holds none: 0
+        for hold, n in {**held, **fs.figures.held}.items():
+            self.hold_replicas.labels(name, hold).set(n)
+        for hold, replica in fs.figures.held_ids:
+            self.replica_held.labels(name, hold, replica).set(1)
         self.unacked.labels(name).set(s["unacknowledged"])
         self.version.labels(name).set(state.version)
         self.in_flight.labels(name).set(s["in_flight"])

@@ -141,6 +141,16 @@ class FleetController(ControllerView):
         self._started = False
         self._stopped = False
 
+    @property
+    def select_unreadable(self) -> int:
+        """States applied with a hold whose ``select`` could not be read (held: fail closed)."""
+        return self._applier.scope.unreadable
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """This replica's labels (what a hold's ``select`` is matched against)."""
+        return dict(self._applier.scope.labels)
+
     def unrecoverable(self) -> str | None:
         """Why this controller cannot recover (liveness fails), or None: a loop has failed for
         longer than ``fault_fatal_after``, or a loop's task ended."""

@@ -26,6 +26,8 @@ Names are the contract (alert rules and dashboards use them):
                                        not expect (the pool is held by ``control-plane``; the
                                        record's ``control_error`` and ``/readyz`` say what)
 ``fleetgate_fleet_version``            the fleet state version applied here
+``fleetgate_hold_select_unreadable_total``  states applied with a hold whose ``select`` could not
+                                       be read: that hold holds this replica (fail closed)
 ``fleetgate_propagation_seconds``      histogram: from a state's change to applied here
 ``fleetgate_source_held``              items in this replica's hands (queued, running, retrying)
 ``fleetgate_source_awaiting_retry``    of those, the ones out of the pool until their retry
@@ -147,6 +149,11 @@ class _ReplicaCollector(Collector):
                          1.0 if getattr(self._control, "control_error", None) else 0.0)
             yield _gauge("fleetgate_fleet_version", "The fleet state version applied here.",
                          self._control.applied_version)
+            yield CounterMetricFamily(
+                "fleetgate_hold_select_unreadable",
+                "States applied with a hold whose select could not be read (held: fail closed).",
+                value=float(getattr(self._control, "select_unreadable", 0)),
+            )
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
