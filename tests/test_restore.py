@@ -71,7 +71,8 @@ async def test_a_replica_that_may_not_run_the_restore_still_applies_an_older_pau
     admin = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
     await admin.execute_command(
         "ACL", "SETUSER", "replica", "on", ">pw", "resetkeys", "~fleetgate:*:replica:*",
-        "~fleetgate:*:replicas", "%R~fleetgate:*:state", "resetchannels",
+        "~fleetgate:*:replicas", "%R~fleetgate:*:state", "%R~fleetgate:*:schedules",
+        "resetchannels",
         "&fleetgate:*:control", "&fleetgate:*:acks", "+@all", "-@scripting",
     )
     url = private_redis.url.replace("redis://", "redis://replica:pw@")

@@ -160,7 +160,8 @@ async def test_a_replica_without_write_access_to_the_state_counts_the_failed_res
     admin = aioredis.Redis.from_url(private_redis.url, decode_responses=True)
     await admin.execute_command(
         "ACL", "SETUSER", "replica", "on", ">pw", "resetkeys", "~fleetgate:*:replica:*",
-        "~fleetgate:*:replicas", "%R~fleetgate:*:state", "resetchannels",
+        "~fleetgate:*:replicas", "%R~fleetgate:*:state", "%R~fleetgate:*:schedules",
+        "resetchannels",
         "&fleetgate:*:control", "&fleetgate:*:acks", "+@all",
     )
     url = private_redis.url.replace("redis://", "redis://replica:pw@")

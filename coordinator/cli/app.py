@@ -9,6 +9,9 @@
     fleetgate fleets [--limit N]
     fleetgate pause|resume --fleet A --fleet B ... | --all-fleets [--yes]   (one change per fleet)
     fleetgate enqueue ITEM... | --count N | --file PATH
+    fleetgate schedule add NAME --cron EXPR --duration 2h --timezone ZONE --reason TEXT
+                       [--starting DATE] [--until DATE] [--skip DATE ...]
+    fleetgate schedule list | remove NAME
     fleetgate serve [--host 127.0.0.1] [--port 8080] [--insecure-no-auth]
     fleetgate demo
 
@@ -40,7 +43,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
-from coordinator.cli import change, enqueue, fleets, read, serve
+from coordinator.cli import change, enqueue, fleets, read, schedule, serve
 from coordinator.cli.exits import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -91,6 +94,9 @@ for command in (
     serve.serve, serve.demo,
 ):
     app.command()(command)
+
+
+app.add_typer(schedule.app, name="schedule")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

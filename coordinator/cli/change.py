@@ -177,6 +177,12 @@ def resume(
     if multi.wanted(fleet, all_fleets):  # one change per fleet, each by act
         return multi.run("resume", settings, fleet, all_fleets, yes, act, limit, GRACE_S, json_out)
 
+    if hold is not None and not all_holds:  # a schedule's name: end its occurrence early
+        from coordinator.cli.schedule import resume_schedule
+
+        if resume_schedule(settings, hold, by_name, reason, json_out):
+            return
+
     state, report, changed, change = changing.run_change(settings, act, progress, json_out)
     unconfirmed = changing.unconfirmed_line(settings, progress)
     changing.report_action(state, report, json_out, changed=changed, unconfirmed=unconfirmed,

@@ -24,7 +24,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from redis.asyncio import Redis
@@ -36,6 +36,7 @@ from coordinator.fleet.durability import Durability, NotConfirmed, write_confirm
 from coordinator.fleet.listener import AckListener
 from coordinator.fleet.models import AuditEvent, FleetStatus, ReplicaInfo, WaitReport
 from coordinator.fleet.reads import Reads
+from coordinator.fleet.schedules import Schedules
 from coordinator.fleet.tracing import change_span, made, wait_span, waited
 from coordinator.fleet.waiting import Waiter
 from replica.contract import (
@@ -55,6 +56,7 @@ from replica.contract import (
     validate_fleet,
 )
 from replica.contract.keys import FLEETS_KEY
+from replica.contract.schedules import Schedule, ScheduleSet
 from replica.control.redisio import uncancelled
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,7 @@ class Fleet:
                                 Durability(min_replicas_ack, min_replicas_timeout))
         self._listener = AckListener(redis, self._keys)
         self._waiter = Waiter(redis, self._keys, self._reads, self._listener)
+        self._schedules = Schedules(redis, self._name, self._keys)
 
     # ------------------------------------------------------------------ listening
 
@@ -247,6 +250,36 @@ class Fleet:
             write_confirmed(self._redis, work, commands, self._changes.durability))
         ids = [text(x) for x in replies]
         return ids if confirm is None else confirm.check_batch(self._name, ids)
+
+    # ------------------------------------------------------------------ schedules
+
+    async def add_schedule(
+        self, name: str, cron: str, duration: timedelta | float, timezone: str, reason: str,
+        by: str, *, starting: datetime | None = None, until: datetime | None = None,
+        skip: Iterable[date] = (),
+    ) -> Schedule:
+        """Add (or replace) the recurring maintenance window ``name``: a hold of that name
+        during each occurrence of ``cron`` in ``timezone``, lasting ``duration``, from
+        ``starting`` to ``until``, but on the local dates in ``skip``. The replicas start and
+        end each occurrence on their own clocks. Raises ``ContractError`` for a bad value or a
+        window that would overlap its next occurrence, ``ScheduleConflict`` for a name a hold
+        has or past ``MAX_SCHEDULES`` (``coordinator.fleet.schedules``)."""
+        return await self._schedules.add(name, cron, duration, timezone, reason, by,
+                                         starting=starting, until=until, skip=skip)
+
+    async def schedules(self) -> ScheduleSet:
+        """The fleet's schedules (``.schedules``, sorted by name) and the entries that cannot
+        be read (``.unreadable``)."""
+        return await self._schedules.read()
+
+    async def remove_schedule(self, name: str, by: str, reason: str = "") -> None:
+        """Remove the schedule ``name``; an occurrence in force ends on every replica."""
+        await self._schedules.remove(name, by, reason)
+
+    async def end_occurrence(self, name: str, by: str, reason: str = "") -> Schedule:
+        """End the occurrence of schedule ``name`` in force now (``resume --hold NAME``): the
+        replicas release its hold until its next occurrence; the schedule stays."""
+        return await self._schedules.end_occurrence(name, by, reason)
 
     # ------------------------------------------------------------------ wait
 

@@ -10,6 +10,7 @@ Every key of a fleet carries the hash tag ``{NAME}`` so the fleet lives in one C
     fleetgate:{NAME}:audit          stream of every pause, resume and restore (capped)
     fleetgate:{NAME}:events         stream of alerts: overdue pauses, waits with stragglers
     fleetgate:{NAME}:alerted        hash: alert kind -> state version it was raised for
+    fleetgate:{NAME}:schedules      hash: schedule name -> JSON of a recurring window (schedules)
     fleetgate:{NAME}:work           stream of work items (field ``item``, JSON), group "fleetgate"
     fleetgate:{NAME}:dead           dead letters
     fleetgate:{NAME}:runs           hash: work entry id -> handler runs started (gone at its XACK)

@@ -71,6 +71,12 @@ class Keys:
         return f"{self.prefix}:alerted"
 
     @property
+    def schedules(self) -> str:
+        """Hash: schedule name -> JSON of a recurring maintenance window
+        (``replica.contract.schedules``). Written by coordinators only; replicas read it."""
+        return f"{self.prefix}:schedules"
+
+    @property
     def work(self) -> str:
         return f"{self.prefix}:work"
 

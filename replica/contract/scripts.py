@@ -21,6 +21,8 @@ RESTORE_STATE_LUA: Final = _script("restore_state.lua")
 """Create the state hash from a replica's applied state if absent (the newest version wins;
 a pause is never replaced by a running state, and an older pause met by a newer running state is
 kept with its version raised above it: returns 1 written, 0 refused, ``RESTORE_RAISED``)."""
+SCHEDULE_WRITE_LUA: Final = _script("schedule_write.lua")
+"""Add, replace, remove or end early a schedule atomically: write, audit, tell the replicas."""
 RESTORE_RAISED: Final = 2
 """RESTORE_STATE_LUA's answer when it kept an older pause and raised its version."""
 

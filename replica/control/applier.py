@@ -41,11 +41,14 @@ from replica.contract import (
     ACK_QUIET,
     FleetState,
     clock,
+    now_utc,
 )
+from replica.contract.schedules import schedules_notice
 from replica.control.faults import ControlHold
 from replica.control.fleetholds import FleetHolds, condition
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
+from replica.control.recurring import RecurringHolds
 from replica.control.schedule import HoldSchedule
 from replica.control.scope import HoldScope
 from replica.control.tracing import FLEET, HOLDS, REPLICA, REPLICA_TRACER, VERSION, span
@@ -113,6 +116,8 @@ class StateApplier:
         """Which of the fleet's holds hold this replica (its labels, a canary resume)."""
         self.schedule = HoldSchedule(pool, self.holds, outbox, fleet, replica_id, self.scope)
         """When the applied state starts or ends a hold, or resumes, by the clock."""
+        self.recurring = RecurringHolds(fleet, replica_id)
+        """The fleet's schedules: each occurrence is a hold merged into the applied state."""
         self.listeners: list[StateListener] = []
 
         self.applied: FleetState | None = None
@@ -167,6 +172,10 @@ class StateApplier:
         try:
             state = _parse_push(data, self._fleet)
         except InvalidMessage as exc:
+            if exc.kind == "missing_field" and schedules_notice(data, self._fleet):
+                self._outbox.poll_due = True  # the schedules changed: read them now
+                self._outbox.wake.set()
+                return
             self._count_invalid(exc)
             return
         self.pushes += 1
@@ -304,7 +313,7 @@ class StateApplier:
             propagation = max(0.0, (now - changed).total_seconds())
             self.propagation = propagation
         pool = self._pool
-        self.schedule.follow(state, now, now_text, applied=True)
+        self.schedule.follow(self.recurring.merge(state, now), now, now_text, applied=True)
         if self.synced is False:
             self.synced = True
             self.control.syncing = False
@@ -331,16 +340,48 @@ class StateApplier:
 
     def on_peers(self, peers: list[str] | None) -> None:
         """The live replicas of the fleet (None: the read failed) for a pending stagger."""
-        self.schedule.on_peers(self.applied, peers)
+        applied = self.applied
+        self.schedule.on_peers(
+            None if applied is None else self.recurring.merge(applied, now_utc()), peers)
 
     def resume_due(self) -> None:
         """Called by the sync loop at every wake: a hold of the applied state that starts or
         ends now changes the pool's holds, and a pending resume that is due releases them."""
-        self.schedule.resume_due(self.applied)
+        state = self.applied
+        if state is not None and self.recurring.schedules:
+            now = now_utc()
+            if not self.recurring.fresh(state, now):
+                self.schedule.transition_at = now  # an occurrence ended: follow the next one
+            state = self.recurring.merge(state, now)
+        self.schedule.resume_due(state)
+
+    def on_schedules(self, raw: Mapping[Any, Any]) -> None:
+        """The schedules hash as a poll read it (before the state): when they changed, the
+        applied state is followed again with them."""
+        if not self.recurring.update(raw) or self.applied is None:
+            return
+        now, now_text = clock()
+        state = self.recurring.merge(self.applied, now)
+        self.schedule.applying = True
+        try:
+            self.schedule.follow(state, now, now_text, applied=True)
+        finally:
+            self.schedule.applying = False
+        log.info("fleet %s replica %s: schedules changed (v%d): %s: %d in flight, %d queued",
+                 self._fleet, self._replica_id, state.version,
+                 condition(state, now, self.holds.holds, self.resume_at), self._pool.in_flight,
+                 self._pool.queued)
+        self._outbox.record_dirty = True
+        self._outbox.kick()
 
     def next_due(self, now: float) -> float | None:
         """When (monotonic time, from ``now``) the sync loop wakes for the clock, or None."""
-        return self.schedule.next_due(now)
+        due = self.schedule.next_due(now)
+        until = self.recurring.until if self.recurring.schedules else None
+        if until is not None:
+            at = now + max(0.0, (until - now_utc()).total_seconds())
+            due = at if due is None else min(due, at)
+        return due
 
     def check_overdue(self) -> None:
         """Log, once per pause, items still in flight ``pause_timeout`` after it."""

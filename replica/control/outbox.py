@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 class Outbox:
     """Pending writes of one controller, and the event that wakes its sync loop."""
 
-    __slots__ = ("_fleet", "_link", "_record", "acks", "heartbeats", "open", "record_dirty",
-                 "restore_due", "wake")
+    __slots__ = ("_fleet", "_link", "_record", "acks", "heartbeats", "open", "poll_due",
+                 "record_dirty", "restore_due", "wake")
 
     def __init__(self, link: Link, record: ReplicaRecord, fleet: str) -> None:
         self._link = link
@@ -32,6 +32,8 @@ class Outbox:
         """Events to acknowledge (``applied``, ``quiet``, ``resumed``)."""
         self.record_dirty = True
         """The record changed since it was last written."""
+        self.poll_due = False
+        """Read the state and the schedules at the next round trip (the schedules changed)."""
         self.restore_due = False
         """The state hash is to be put back from the applied state."""
         self.wake = asyncio.Event()

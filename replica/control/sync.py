@@ -214,7 +214,7 @@ class SyncLoop:
             now = time.monotonic()
             if not self._link_ok and now < retry_at:
                 continue  # Redis is away: try again at retry_at, not on every event
-            poll = self._trip.poll_now or now >= next_poll
+            poll = self._trip.poll_now or outbox.poll_due or now >= next_poll
             # after a reconnect, rewrite the record: a write without replies on the old
             # connection (a change's record and ack) may have been lost with it
             # A heartbeat due before the next poll goes with this one: one round trip.

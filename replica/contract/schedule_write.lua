@@ -1,0 +1,70 @@
+-- fleetgate: add, replace, remove or end early a fleet's schedule in one atomic step, audit it
+-- and tell the replicas to read the schedules again.
+--
+-- KEYS[1] fleetgate:{NAME}:schedules   KEYS[2] fleetgate:{NAME}:state
+-- KEYS[3] fleetgate:{NAME}:audit       KEYS[4] fleetgate:{NAME}:control
+-- KEYS[5] fleetgate:{NAME}:alerted
+-- ARGV[1] "add" | "remove" | "end"     ARGV[2] schedule name
+-- ARGV[3] add: the schedule's JSON; end: the JSON with ended_early set
+-- ARGV[4] now (ISO 8601 UTC, ms)       ARGV[5] by
+-- ARGV[6] fleet name                   ARGV[7] the most schedules a fleet may have
+-- ARGV[8] audit stream cap             ARGV[9] "1": publish with SPUBLISH (a cluster)
+-- ARGV[10] reason (audit)              ARGV[11] end: the JSON it must still be (else "changed")
+-- ARGV[12] end: the occurrence's start (ISO)   ARGV[13] add: cron  ARGV[14] add: duration_s
+-- ARGV[15] add: timezone
+--
+-- Returns {"clash"} for an add whose name is a hold of the state, {"too_many", n} for an add
+-- past ARGV[7], {"unknown"} for a remove or end of a schedule there is not, {"changed"} for an
+-- end whose schedule changed since it was read, else {"ok", audit action}. An end records in
+-- the alerted hash that the occurrence's end is audited (the watcher writes it no more).
+local name = ARGV[2]
+local op = ARGV[1]
+local action
+
+if op == 'add' then
+  local holds_raw = redis.call('HGET', KEYS[2], 'holds')
+  if holds_raw then
+    local ok, holds = pcall(cjson.decode, holds_raw)
+    if ok and type(holds) == 'table' and holds[name] ~= nil then return {'clash'} end
+  end
+  local exists = redis.call('HEXISTS', KEYS[1], name) == 1
+  if not exists and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[7]) then
+    return {'too_many', redis.call('HLEN', KEYS[1])}
+  end
+  redis.call('HSET', KEYS[1], name, ARGV[3])
+  action = exists and 'schedule_updated' or 'schedule_added'
+elseif op == 'remove' then
+  if redis.call('HDEL', KEYS[1], name) == 0 then return {'unknown'} end
+  action = 'schedule_removed'
+elseif op == 'end' then
+  local cur = redis.call('HGET', KEYS[1], name)
+  if not cur then return {'unknown'} end
+  if cur ~= ARGV[11] then return {'changed'} end
+  redis.call('HSET', KEYS[1], name, ARGV[3])
+  redis.call('HSET', KEYS[5], 'schedule_ended:' .. name, ARGV[12])
+  action = 'schedule_ended'
+else
+  return redis.error_reply('unknown op')
+end
+
+local audit = {'action', action, 'hold', name, 'reason', ARGV[10], 'by', ARGV[5], 'at', ARGV[4]}
+if op == 'add' then
+  for _, kv in ipairs({{'cron', ARGV[13]}, {'duration_s', ARGV[14]}, {'timezone', ARGV[15]}}) do
+    audit[#audit + 1] = kv[1]
+    audit[#audit + 1] = kv[2]
+  end
+elseif op == 'end' then
+  audit[#audit + 1] = 'starts_at'
+  audit[#audit + 1] = ARGV[12]
+  audit[#audit + 1] = 'early'
+  audit[#audit + 1] = '1'
+end
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', unpack(audit))
+
+local message = '{"fleet":' .. cjson.encode(ARGV[6]) .. ',"schedules":' .. cjson.encode(ARGV[4]) .. '}'
+if ARGV[9] == '1' then
+  redis.call('SPUBLISH', KEYS[4], message)
+else
+  redis.call('PUBLISH', KEYS[4], message)
+end
+return {'ok', action}
