@@ -4,8 +4,10 @@ next days of planned windows, and now.
 The read is bounded whatever the trail holds: one ``XREVRANGE`` of the audit stream from now
 back to the left edge with a ``COUNT`` of ``cap`` (``truncated`` when that many came: the
 trail is complete only from the oldest entry read, ``audit_from``), and one ``HGETALL`` of the
-state. The entries are read as bytes: a field that is not UTF-8, an entry with no time or an
-unknown action is skipped and counted (``skipped``), never an error. A state that cannot be
+state, and the fleet's schedules (their occurrences: ``coordinator.fleet.occurrences``). The
+entries are read as bytes: a field that is not UTF-8, an entry with no time or an
+unknown action, a schedule that cannot be read is skipped and counted (``skipped``), never an
+error. A state that cannot be
 read is the fleet's error (``coordinator.fleet.overview.read_isolated`` shows it as such).
 The spans are rebuilt by ``coordinator.fleet.spans``.
 """
@@ -22,6 +24,7 @@ from redis.client import NEVER_DECODE
 
 from coordinator.fleet.calls import again
 from coordinator.fleet.models import AuditEvent
+from coordinator.fleet.occurrences import read_schedules, schedule_spans, without_schedule_holds
 from coordinator.fleet.spans import EXTRAS, Entry, Span, clip, rebuild
 from replica.contract import FleetState, Keys, format_time
 
@@ -100,15 +103,19 @@ async def read_timeline(
     left = now - timedelta(hours=hours)
     right = now + timedelta(days=days)
     state = await read_state(redis, keys, fleet)
+    schedules = await read_schedules(redis, keys)
     raw, truncated = await read_entries(redis, keys, left, max(1, cap))
     entries = [e for e in raw if e is not None]
     audit_from = left
     if truncated and entries and entries[0].event.at is not None:
         audit_from = max(left, entries[0].event.at)
     rebuilt = rebuild(entries, state, now)
-    spans = clip(rebuilt.spans + list(planned or []), left, right, now)
-    return Timeline(fleet, now, left, right, spans, rebuilt.skipped + raw.count(None),
-                    truncated, audit_from)
+    spans = without_schedule_holds(rebuilt.spans, schedules)
+    spans += schedule_spans(schedules, entries, left, right, now)
+    spans = clip(spans + list(planned or []), left, right, now)
+    spans.sort(key=lambda s: (s.start is not None, s.start or now, s.hold))
+    skipped = rebuilt.skipped + raw.count(None) + len(schedules.unreadable)
+    return Timeline(fleet, now, left, right, spans, skipped, truncated, audit_from)
 
 
 __all__ = ["MAX_DAYS", "MAX_ENTRIES", "MAX_HOURS", "Timeline", "parse_entry", "read_entries",
