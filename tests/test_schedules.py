@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
+from itertools import pairwise
 
 import pytest
 import redis as syncredis
@@ -73,7 +74,7 @@ def test_a_window_of_every_quarter_hour_counts_real_time_through_both_changes() 
     autumn = occurrences(s, utc(2027, 10, 31, 0), utc(2027, 10, 31, 2))
     for got in (spring, autumn):
         assert len(got) == 8  # 2 real hours, every 15 minutes, whatever the wall clock did
-        assert all(b.start - a.start == timedelta(minutes=15) for a, b in zip(got, got[1:]))
+        assert all(b.start - a.start == timedelta(minutes=15) for a, b in pairwise(got))
 
 
 def test_a_window_that_overlaps_the_next_occurrence_is_refused_also_when_only_dst_does() -> None:

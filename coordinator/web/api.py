@@ -14,6 +14,9 @@ Routes::
                                       as the four above for any fleet (coordinator.web.fleets)
     GET  /api/fleets/{name}/timeline, /api/timeline
                                view   holds over time, for the dashboard (coordinator.web.timeline)
+    GET|POST /api/fleets/{name}/schedules, DELETE .../schedules/{schedule},
+    POST .../schedules/{schedule}/end
+                               view|admin  recurring windows (coordinator.web.schedules)
     GET  /metrics              Prometheus text (public unless FLEETGATE_METRICS_AUTH)
     GET  /openapi.json         the OpenAPI description; /docs and /redoc (Swagger UI, ReDoc:
                                scripts from a CDN) only with FLEETGATE_API_DOCS=true
@@ -68,6 +71,7 @@ from coordinator.web.middleware import (
     HeadAsGet,
     JsonWrites,
 )
+from coordinator.web.schedules import install as install_schedule_routes
 from coordinator.web.timeline import install as install_timeline_routes
 from coordinator.web.watcher import FleetsWatcher
 from replica.control.connect import connect
@@ -191,6 +195,7 @@ def create_app(
 
     install_fleet_routes(app, settings)  # /api/fleet... and /api/fleets...
     install_timeline_routes(app)  # /api/fleets/{name}/timeline and /api/timeline
+    install_schedule_routes(app)  # /api/fleets/{name}/schedules[/{schedule}[/end]]
     _document_json_writes(app)
 
     # -- metrics
