@@ -56,6 +56,12 @@ _HOLD_VERBS: Final = {
     "window_scheduled": "maintenance window {hold} scheduled",
     "window_started": "maintenance window {hold} started",
     "window_ended": "maintenance window {hold} ended",
+    "schedule_added": "recurring window {hold} added",
+    "schedule_updated": "recurring window {hold} changed",
+    "schedule_removed": "recurring window {hold} removed",
+    "schedule_started": "recurring window {hold} started",
+    "schedule_ended": "recurring window {hold} ended",
+    "schedule_ended_early": "recurring window {hold} ended early (the schedule stays)",
 }
 
 
@@ -144,7 +150,9 @@ def describe(e: Event) -> str:
         return _overdue(e)
     if e.event == WAIT:
         return _wait(e)
-    template = _HOLD_VERBS.get(e.event.replace("-", "_"))
+    early = "_early" if e.details.get("early") == "1" else ""  # a schedule_ended
+    template = _HOLD_VERBS.get(e.event.replace("-", "_") + early) or _HOLD_VERBS.get(
+        e.event.replace("-", "_"))
     if template is not None and e.hold:
         return f"Fleet {e.fleet}: {template.format(hold=e.hold)}{who}{why}{version}."
     words = e.event.replace("_", " ").replace("-", " ")

@@ -18,12 +18,21 @@ XADD: commands the coordinator's ACL grants). The hash keeps one field per hold 
 A hold released before its edge, or dropped by a change made after the edge and before a
 watcher looked (every ``FLEETGATE_OVERDUE_LOG_INTERVAL``-bounded tick, 5 s at most), gets no
 entry: the change that dropped it is audited itself.
+
+A schedule's occurrences (``replica.contract.schedules``) are audited the same way by
+``check_schedules``: ``schedule_started`` at an occurrence's start and ``schedule_ended`` at its
+end, with ``starts_at``/``auto_resume_at`` (the occurrence), ``cron`` and ``timezone``, each
+once under ``schedule_started:NAME``/``schedule_ended:NAME`` keyed by the occurrence's start.
+Only occurrences that end within ``SCHEDULE_LOOKBACK`` of now are looked at (a watcher that was
+down longer audits the last ones only). An occurrence ended early (``resume --hold NAME``) had
+its ``schedule_ended`` written by that change (``early``: 1), so the watcher writes none.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Final
 
 from redis.asyncio import Redis
@@ -41,12 +50,18 @@ from replica.contract import (
     format_time,
 )
 from replica.contract.holds import Hold
+from replica.contract.recurrence import Occurrence
+from replica.contract.schedules import Schedule
 from replica.control.redisio import uncancelled
 
 log = logging.getLogger(__name__)
 
 WINDOW_STARTED: Final = "window_started"
 WINDOW_ENDED: Final = "window_ended"
+SCHEDULE_STARTED: Final = "schedule_started"
+SCHEDULE_ENDED: Final = "schedule_ended"
+SCHEDULE_LOOKBACK: Final = timedelta(minutes=10)
+"""How far back ``check_schedules`` looks for occurrences' edges."""
 
 EDGE_ONCE_LUA: Final = """
 -- fleetgate: append a window's edge to the audit stream unless it was written for this time.
@@ -72,6 +87,27 @@ def due_edges(state: FleetState, now: datetime) -> list[tuple[str, Hold, datetim
         if hold.auto_resume_at is not None and hold.auto_resume_at <= now:
             edges.append((WINDOW_ENDED, hold, hold.auto_resume_at))
     return sorted(edges, key=lambda e: (e[2], e[0] == WINDOW_ENDED, e[1].name))
+
+
+def schedule_edges(
+    schedules: Iterable[Schedule], now: datetime
+) -> list[tuple[str, Schedule, Occurrence, datetime]]:
+    """The edges of the schedules' occurrences that passed within ``SCHEDULE_LOOKBACK`` of
+    ``now``, in time order: (action, schedule, occurrence, the edge's time). No end for an
+    occurrence ended early (that change audited it), nothing of an occurrence that ended
+    before the schedule was added."""
+    edges: list[tuple[str, Schedule, Occurrence, datetime]] = []
+    for schedule in schedules:
+        for occ in schedule.iter_from(now - SCHEDULE_LOOKBACK):
+            if occ.start > now:
+                break
+            if schedule.created_at is not None and occ.end <= schedule.created_at:
+                continue
+            edges.append((SCHEDULE_STARTED, schedule, occ, occ.start))
+            early = schedule.ended_early is not None and schedule.ended_early == occ.start
+            if occ.end <= now and not early:
+                edges.append((SCHEDULE_ENDED, schedule, occ, occ.end))
+    return sorted(edges, key=lambda e: (e[3], e[0] == SCHEDULE_ENDED, e[1].name))
 
 
 class WindowAudit:
@@ -102,6 +138,42 @@ class WindowAudit:
         self.appended += appended
         return appended
 
+    async def check_schedules(
+        self, schedules: Iterable[Schedule], version: int, now: datetime
+    ) -> int:
+        """Write each edge of the schedules' occurrences that has passed and is not in the
+        stream yet; returns how many this call appended."""
+        appended = 0
+        for action, schedule, occ, at in schedule_edges(schedules, now):
+            token = (action, schedule.name, format_time(occ.start))
+            if token in self._written:
+                continue
+            if await self._append_occurrence(action, schedule, occ, at, version):
+                appended += 1
+                log.info("fleet %s: %s %s at %s (the occurrence from %s)", self.keys.fleet,
+                         action.replace("_", " "), schedule.name, format_time(at), token[2])
+            self._written.add(token)
+        self.appended += appended
+        return appended
+
+    async def _append_occurrence(
+        self, action: str, schedule: Schedule, occ: Occurrence, at: datetime, version: int
+    ) -> bool:
+        fields: dict[str, str] = {
+            A_ACTION: action, A_HOLD: schedule.name, A_REASON: schedule.reason,
+            A_BY: schedule.by, A_VERSION: str(version), A_AT: format_time(at),
+            "starts_at": format_time(occ.start), "auto_resume_at": format_time(occ.end),
+            "cron": schedule.cron, "timezone": schedule.timezone,
+        }
+        args: list[str] = [f"{action}:{schedule.name}", format_time(occ.start),
+                           str(AUDIT_MAXLEN)]
+        for key, value in fields.items():
+            args += [key, value]
+        written = await uncancelled(
+            self._script(keys=[self.keys.alerted, self.keys.audit], args=args)
+        )
+        return bool(int(written))
+
     async def _append(self, action: str, hold: Hold, at: datetime, version: int) -> bool:
         fields: dict[str, str] = {
             A_ACTION: action,
@@ -122,4 +194,14 @@ class WindowAudit:
         return bool(int(written))
 
 
-__all__ = ["EDGE_ONCE_LUA", "WINDOW_ENDED", "WINDOW_STARTED", "WindowAudit", "due_edges"]
+__all__ = [
+    "EDGE_ONCE_LUA",
+    "SCHEDULE_ENDED",
+    "SCHEDULE_LOOKBACK",
+    "SCHEDULE_STARTED",
+    "WINDOW_ENDED",
+    "WINDOW_STARTED",
+    "WindowAudit",
+    "due_edges",
+    "schedule_edges",
+]

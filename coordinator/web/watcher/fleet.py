@@ -155,6 +155,9 @@ class OverdueWatcher:
         """Audit the window edges that have passed (tried again at the next check)."""
         try:
             await self.windows.check(state, now)
+            found = await self.fleet.schedules()
+            if found.schedules:
+                await self.windows.check_schedules(found.schedules, state.version, now)
         except asyncio.CancelledError:
             raise
         except (RedisError, OSError) as exc:
