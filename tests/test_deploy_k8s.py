@@ -272,6 +272,26 @@ def test_the_replica_id_comes_from_the_pod_name(dev_objects: list[Obj]) -> None:
     assert env["FLEETGATE_REPLICA_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
 
+def test_the_replica_reads_its_pods_labels_from_a_downward_api_file(
+    dev_objects: list[Obj], tmp_path: Path
+) -> None:
+    deployment = _one(dev_objects, "Deployment", "fleetgate-replica")
+    replica = _container(deployment, "replica")
+    path = _env(replica)["FLEETGATE_LABELS_FILE"]["value"]
+    mount = next(m for m in replica["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"]
+                  if v["name"] == mount["name"])
+    items = {i["path"]: i["fieldRef"]["fieldPath"] for i in volume["downwardAPI"]["items"]}
+    assert items[path[len(mount["mountPath"]) + 1:]] == "metadata.labels"
+    # what the kubelet writes there (one key="value" a line, sorted) reads as the pod's labels
+    from replica.service.labels import read_labels_file
+
+    pod = deployment["spec"]["template"]["metadata"]["labels"]
+    written = tmp_path / "labels"
+    written.write_text("".join(f'{k}="{v}"\n' for k, v in sorted(pod.items())))
+    assert read_labels_file(str(written)) == pod
+
+
 def test_the_replica_runs_the_replica_command_and_the_coordinator_serves_on_8080(
     dev_objects: list[Obj],
 ) -> None:
