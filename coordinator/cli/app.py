@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 import typer
 
 from coordinator.cli import change, enqueue, fleets, read, schedule, serve
+from coordinator.cli.coercion import LeanCommand, LeanGroup
 from coordinator.cli.exits import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     name="fleetgate",
+    cls=LeanGroup,  # option values coerced without pydantic where typer's answer is plain
     help="Pause and resume a fleet of asyncio workers through Redis.",
     add_completion=False,
     no_args_is_help=True,
@@ -93,7 +95,7 @@ for command in (
     change.pause, change.resume, read.status, read.history, fleets.fleets, enqueue.enqueue,
     serve.serve, serve.demo,
 ):
-    app.command()(command)
+    app.command(cls=LeanCommand)(command)
 
 
 app.add_typer(schedule.app, name="schedule")

@@ -39,7 +39,7 @@ def fleets(
     from coordinator.fleet.overview import FLEET_READS, read_overview
     from coordinator.render.fleets import overview_dict, overview_renderable
 
-    settings = g.settings(redis_url=redis_url)
+    settings = g.read_settings(redis_url=redis_url)
 
     async def read(fleet: Fleet) -> Overview:
         return await read_overview(fleet.redis, limit=limit, concurrency=FLEET_READS)

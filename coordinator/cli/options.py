@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from pydantic import ValidationError
 
+    from coordinator.cli.lightsettings import LightSettings
     from coordinator.settings import CoordinatorSettings
 
 OPTION_OF: Final = {"redis_url": "--redis-url", "fleet": "--fleet", "host": "--host", "port": "--port"}
@@ -44,16 +45,29 @@ class Globals:
 
         from coordinator.settings import CoordinatorSettings
 
+        values = self._given(overrides)
+        try:
+            return CoordinatorSettings(**values)
+        except ValidationError as exc:
+            raise usage(describe(exc)) from None
+
+    def read_settings(self, **overrides: Any) -> LightSettings | CoordinatorSettings:
+        """The settings of a command that reads the fleet (``status``, ``history``, ``fleets``):
+        the same as ``settings``, without pydantic when nothing given needs it
+        (``coordinator.cli.lightsettings``)."""
+        from coordinator.cli.lightsettings import light_settings
+
+        light = light_settings(self._given(overrides))
+        return light if light is not None else self.settings(**overrides)
+
+    def _given(self, overrides: dict[str, Any]) -> dict[str, Any]:
         values: dict[str, Any] = {}
         if self.redis_url is not None:
             values["redis_url"] = self.redis_url
         if self.fleet is not None:
             values["fleet"] = self.fleet
         values.update({k: v for k, v in overrides.items() if v is not None})
-        try:
-            return CoordinatorSettings(**values)
-        except ValidationError as exc:
-            raise usage(describe(exc)) from None
+        return values
 
 
 def describe(exc: ValidationError) -> str:

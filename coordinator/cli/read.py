@@ -54,7 +54,7 @@ def status(
     from coordinator.fleet.summary import summarize
     from replica.service.shutdown import Interrupted
 
-    settings = g.settings(redis_url=redis_url, fleet=fleet)
+    settings = g.read_settings(redis_url=redis_url, fleet=fleet)
     max_pause = settings.max_pause
     slow_ack = settings.slow_ack
 
@@ -121,7 +121,7 @@ def history(
     g: Globals = ctx.obj
     from coordinator.cli.runner import run_with_fleet
 
-    settings = g.settings(redis_url=redis_url, fleet=fleet)
+    settings = g.read_settings(redis_url=redis_url, fleet=fleet)
 
     async def read(fleet: Fleet) -> list[AuditEvent]:
         events = await fleet.history(limit=limit)

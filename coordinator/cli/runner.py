@@ -20,7 +20,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from redis.exceptions import RedisError
 
@@ -28,7 +28,6 @@ from coordinator.cli.exits import EXIT_OUTCOME_UNKNOWN, EXIT_UNREACHABLE, CliErr
 from coordinator.cli.output import plain
 from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
-from coordinator.settings import CoordinatorSettings
 from replica.contract import FleetState
 from replica.contract.urls import RedisTarget, parse_redis_url, redact_url
 from replica.control.connect import connect
@@ -37,6 +36,9 @@ from replica.control.diagnose import preflight as check_redis
 from replica.control.redisio import bounded, cancel_bounded
 from replica.errors import ContractError, OutcomeUnknown, RedisMisconfigured
 from replica.service.shutdown import Shutdown, conventional_status
+
+if TYPE_CHECKING:
+    from coordinator.cli.lightsettings import CommandSettings
 
 T = TypeVar("T")
 
@@ -104,7 +106,7 @@ async def _close(redis: Any) -> None:
             transport.abort()
 
 
-def outcome_unknown(settings: CoordinatorSettings, why: str) -> CliError:
+def outcome_unknown(settings: CommandSettings, why: str) -> CliError:
     """The one line (and exit 5) of a change that was sent and never answered."""
     return CliError(
         f"the outcome is unknown ({why}): the change was sent to Redis at "
@@ -114,12 +116,12 @@ def outcome_unknown(settings: CoordinatorSettings, why: str) -> CliError:
     )
 
 
-def unreachable(settings: CoordinatorSettings, why: str) -> CliError:
+def unreachable(settings: CommandSettings, why: str) -> CliError:
     return CliError(f"cannot reach Redis at {redact_url(settings.redis_url)}: {why}", EXIT_UNREACHABLE)
 
 
 def run_with_fleet(
-    settings: CoordinatorSettings,
+    settings: CommandSettings,
     action: Callable[[Fleet], Awaitable[T]],
     *,
     deadline: Callable[[], float] | None = None,
@@ -172,7 +174,7 @@ def run_with_fleet(
         raise usage(str(exc)) from None
 
 
-def preflight(settings: CoordinatorSettings) -> None:
+def preflight(settings: CommandSettings) -> None:
     """Before a command that runs until stopped (``serve``): Redis asked once whether it can
     work (``replica.control.diagnose.preflight``). What can never work as it is raises
     ``CliError`` (exit 2, one line); an unreachable Redis does not: the command starts and
@@ -185,7 +187,7 @@ def preflight(settings: CoordinatorSettings) -> None:
         raise usage(f"invalid --redis-url: {plain(str(exc))}") from None
 
 
-async def _explained(settings: CoordinatorSettings, target: RedisTarget, exc: Exception) -> Exception:
+async def _explained(settings: CommandSettings, target: RedisTarget, exc: Exception) -> Exception:
     """``exc`` as the diagnosis reads it: a ``RedisMisconfigured`` when it can never work, the
     unreachable line with its likely cause, or ``exc`` itself."""
     found = await diagnose(target, exc)
