@@ -62,6 +62,10 @@ _HOLD_VERBS: Final = {
     "schedule_started": "recurring window {hold} started",
     "schedule_ended": "recurring window {hold} ended",
     "schedule_ended_early": "recurring window {hold} ended early (the schedule stays)",
+    "canary_started": "canary resume of hold {hold} started: released on {canaries}",
+    "canary_promoted": "canary resume of hold {hold} promoted: hold released",
+    "canary_rolled_back": "canary resume of hold {hold} rolled back: the hold is back on "
+                          "every replica",
 }
 
 
@@ -154,7 +158,9 @@ def describe(e: Event) -> str:
     template = _HOLD_VERBS.get(e.event.replace("-", "_") + early) or _HOLD_VERBS.get(
         e.event.replace("-", "_"))
     if template is not None and e.hold:
-        return f"Fleet {e.fleet}: {template.format(hold=e.hold)}{who}{why}{version}."
+        canaries = e.details.get("canaries") or "?"
+        return (f"Fleet {e.fleet}: {template.format(hold=e.hold, canaries=canaries)}{who}{why}"
+                f"{version}.")
     words = e.event.replace("_", " ").replace("-", " ")
     return f"Fleet {e.fleet}: {words}{who}{hold}{why}{version}."
 
