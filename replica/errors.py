@@ -22,8 +22,12 @@ The hierarchy::
     │   ├── InvalidMessage         a control-channel message that is not a valid state (ignored, counted)
     │   └── HoldConflict           a resume that names no hold while there are several, or a hold
     │                              there is not, or a pause past the most holds a fleet may have
-    └── OutcomeUnknown             a change was sent to Redis but no answer came: it may have been
-                                   applied; read the state before trying again
+    ├── OutcomeUnknown             a change was sent to Redis but no answer came: it may have been
+    │                              applied; read the state before trying again
+    └── BacklogFull                a batch of work items refused by the fleet's backlog limit
+        │                          (``Fleet.enqueue``): nothing of it was written
+        └── BacklogLimitUnreadable the limit cannot be read, so every batch is refused (fail
+                                   closed) until it is set again or cleared
 
 ``TimeoutError`` (the builtin) is raised by ``pause()``, ``join()`` and ``drain()`` waits that
 run out, as asyncio itself does; ``asyncio.QueueFull`` by ``put_nowait()`` on a full pool.
@@ -120,3 +124,45 @@ class OutcomeUnknown(FleetgateError):
     """A change was sent to Redis and no answer came back: it may or may not have been applied.
 
     Unlike "unreachable" (nothing was sent), the caller must read the fleet's state to know."""
+
+
+class BacklogFull(FleetgateError):
+    """A batch of work items refused by the fleet's backlog limit: nothing of it was written.
+
+    ``backlog`` is the work not yet done when the script last ran (lag plus pending; a lower
+    bound when ``exact`` is False), ``limit`` the fleet's ``max_backlog``, ``count`` the
+    batch's items, ``waited_s`` how long the producer waited for room (``when_full`` wait)."""
+
+    def __init__(
+        self, fleet: str, backlog: int | None, limit: int | None, count: int,
+        waited_s: float = 0.0, *, exact: bool = True, message: str = "",
+    ) -> None:
+        self.fleet = fleet
+        self.backlog = backlog
+        self.limit = limit
+        self.count = count
+        self.waited_s = waited_s
+        self.exact = exact
+        if not message:
+            at_least = "" if exact else "at least "
+            never = " (a batch larger than the limit never fits)" if limit is not None \
+                and count > limit else ""
+            waited = f" after waiting {waited_s:.1f}s" if waited_s else ""
+            message = (f"fleet {fleet}: backlog full: {at_least}{backlog} not yet done, limit "
+                       f"{limit}; {count} items not enqueued{waited}{never}")
+        super().__init__(message)
+
+
+class BacklogLimitUnreadable(BacklogFull):
+    """The fleet's limits hash cannot be read (``why``): every batch is refused, nothing
+    written, until an operator sets the limit again or clears it (fail closed: see
+    ``replica.contract.limits``)."""
+
+    def __init__(self, fleet: str, why: str, count: int) -> None:
+        self.why = why
+        super().__init__(
+            fleet, None, None, count,
+            message=(f"fleet {fleet}: the backlog limit cannot be read ({why}): {count} items "
+                     "not enqueued; set it again (fleetgate limits set) or clear it "
+                     "(fleetgate limits clear)"),
+        )

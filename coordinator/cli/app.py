@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
-from coordinator.cli import change, enqueue, fleets, read, schedule, serve
+from coordinator.cli import change, enqueue, fleets, limits, read, schedule, serve
 from coordinator.cli.coercion import LeanCommand, LeanGroup
 from coordinator.cli.exits import (
     EXIT_INTERRUPTED,
@@ -99,6 +99,7 @@ for command in (
 
 
 app.add_typer(schedule.app, name="schedule")
+app.add_typer(limits.app, name="limits")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,12 @@ On a primary with replicas, each batch of ``ENQUEUE_BATCH`` items is confirmed b
 ``FLEETGATE_MIN_REPLICAS_ACK`` replicas (``WAIT``, as a pause is): a batch none confirmed in
 time ends the command with exit 4 and one line saying how many items are confirmed, written but
 unconfirmed (a failover could lose them) and not sent, for the producer to enqueue again.
+
+The fleet's backlog limit (``fleetgate limits``) is checked in the script that adds each batch:
+a batch that does not fit is not written at all (``BacklogFull``), and the command ends with
+exit 7 and one line giving the backlog and the limit, and how many items the batches before it
+enqueued; with the limit's ``when_full`` wait, once ``--timeout`` (default 60s, for the whole
+command) passed without room. A limit that cannot be read refuses every batch (exit 7 too).
 """
 
 from __future__ import annotations
@@ -22,13 +28,20 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, TextIO
 
 import typer
 
-from coordinator.cli.exits import EXIT_NOT_CONFIRMED, CliError, usage
-from coordinator.cli.options import FleetOption, Globals, JsonOption, UrlOption
+from coordinator.cli.exits import EXIT_BACKLOG_FULL, EXIT_NOT_CONFIRMED, CliError, usage
+from coordinator.cli.options import (
+    FleetOption,
+    Globals,
+    JsonOption,
+    UrlOption,
+    duration_option,
+)
 from coordinator.cli.output import emit_json, plain
 
 if TYPE_CHECKING:  # loaded by the command (fleetgate --help loads no Redis)
     from coordinator.fleet.durability import BatchNotConfirmed
     from coordinator.fleet.fleet import Fleet
+    from replica.errors import BacklogFull
 
 MAX_COUNT: Final = 1_000_000
 ENQUEUE_BATCH: Final = 1000
@@ -89,14 +102,22 @@ def enqueue(
     file: Annotated[
         str | None, typer.Option("--file", help="One JSON item per line ('-' for stdin).")
     ] = None,
+    timeout: Annotated[str, typer.Option(
+        "--timeout", help="How long to wait for room when the backlog limit says wait.",
+    )] = "60s",
     json_out: JsonOption = False,
     redis_url: UrlOption = None,
     fleet: FleetOption = None,
 ) -> None:
     """Add work items to the fleet's work stream."""
     g: Globals = ctx.obj
+    import time
+
     from coordinator.cli.runner import run_with_fleet
     from coordinator.fleet.durability import BatchNotConfirmed
+    from replica.errors import BacklogFull
+
+    wait_s = duration_option(timeout, "--timeout") or 60.0
 
     sources = sum(1 for s in (items, count, file) if s)
     if sources != 1:
@@ -119,14 +140,21 @@ def enqueue(
     settings = g.settings(redis_url=redis_url, fleet=fleet)
 
     unconfirmed: list[BatchNotConfirmed] = []
+    full: list[BacklogFull] = []
 
     async def put(fleet: Fleet) -> list[str]:
         ids: list[str] = []
+        deadline = time.monotonic() + wait_s
         for start in range(0, len(payload), ENQUEUE_BATCH):
+            left = max(0.0, deadline - time.monotonic())
             try:
-                ids.extend(await fleet.enqueue(payload[start : start + ENQUEUE_BATCH]))
+                ids.extend(await fleet.enqueue(payload[start : start + ENQUEUE_BATCH],
+                                               timeout=left))
             except BatchNotConfirmed as exc:  # written, not confirmed: no more batches
                 unconfirmed.append(exc)
+                break
+            except BacklogFull as exc:  # nothing of this batch written: no more batches
+                full.append(exc)
                 break
         return ids
 
@@ -136,6 +164,8 @@ def enqueue(
         raise usage(f"cannot enqueue: {plain(str(exc)) or type(exc).__name__}") from None
     if unconfirmed:
         raise _not_confirmed(settings.fleet, ids, unconfirmed[0], len(payload), json_out)
+    if full:
+        raise _full(settings.fleet, ids, full[0], len(payload), json_out)
     if json_out:
         emit_json({"fleet": settings.fleet, "count": len(ids), "ids": ids})
     else:
@@ -161,6 +191,18 @@ def _not_confirmed(
         "enqueue the unconfirmed and the unsent again",
         EXIT_NOT_CONFIRMED,
     )
+
+
+def _full(fleet: str, done: list[str], exc: BacklogFull, total: int, json_out: bool) -> CliError:
+    """Exit 7: the backlog limit refused a batch (nothing of it written); the batches before
+    it are enqueued, the rest were not sent."""
+    unsent = total - len(done) - exc.count
+    if json_out:
+        emit_json({"fleet": fleet, "count": len(done), "ids": done, "refused": exc.count,
+                   "unsent": unsent, "backlog": exc.backlog, "limit": exc.limit,
+                   "waited_s": exc.waited_s})
+    tail = f"; {len(done)} enqueued before it" + (f", {unsent} not sent" if unsent else "")
+    return CliError(f"{plain(str(exc))}{tail}", EXIT_BACKLOG_FULL)
 
 
 __all__ = ["ENQUEUE_BATCH", "MAX_COUNT", "enqueue", "parse_json"]

@@ -8,6 +8,8 @@
     5  the outcome of a change is unknown: it was sent and no answer came (read the state)
     6  no such fleet: ``status`` or ``history`` of a fleet with no state, no replicas, no audit
        trail and no registry entry (a mistyped name; the API answers 404 for it)
+    7  ``enqueue`` refused by the fleet's backlog limit (``BacklogFull``): the batch was not
+       written (with ``when_full`` wait: not within ``--timeout``); or the limit cannot be read
   130  interrupted by SIGINT (Ctrl-C); ``status --watch`` ends with 0 (see cli.read)
   143  stopped by SIGTERM; 0 for ``status --watch``
 
@@ -26,6 +28,7 @@ EXIT_TIMEOUT: Final = 3
 EXIT_NOT_CONFIRMED: Final = 4
 EXIT_OUTCOME_UNKNOWN: Final = 5
 EXIT_UNKNOWN_FLEET: Final = 6
+EXIT_BACKLOG_FULL: Final = 7
 EXIT_INTERRUPTED: Final = 130
 EXIT_TERMINATED: Final = 143
 
@@ -37,6 +40,7 @@ EXIT_STATUSES: Final = {
     EXIT_NOT_CONFIRMED: "the change is made on the Redis primary but no replica confirmed it",
     EXIT_OUTCOME_UNKNOWN: "the outcome of a change is unknown",
     EXIT_UNKNOWN_FLEET: "no such fleet on this Redis (a mistyped name)",
+    EXIT_BACKLOG_FULL: "enqueue refused by the fleet's backlog limit: nothing of the batch written",
     EXIT_INTERRUPTED: "interrupted by Ctrl-C (SIGINT)",
     EXIT_TERMINATED: "stopped by SIGTERM",
 }
@@ -57,6 +61,7 @@ def usage(message: str) -> CliError:
 
 
 __all__ = [
+    "EXIT_BACKLOG_FULL",
     "EXIT_INTERRUPTED",
     "EXIT_NOT_CONFIRMED",
     "EXIT_OK",

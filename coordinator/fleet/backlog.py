@@ -26,8 +26,13 @@ yet) has a backlog, pending and oldest age of 0, and ``stream`` false. A work ke
 stream makes every figure ``None`` and says why in ``error``, without failing the fleet's read:
 its pause state is still shown.
 
-Cost: one round trip of three O(1) commands (``XLEN`` of both streams, ``XINFO GROUPS``), and
-a second one (``XRANGE ... COUNT 1``) only when entries wait. Library code: no logging setup.
+The fleet's backlog limit (``fleetgate:{NAME}:limits``, ``coordinator.fleet.limits``) is read
+in the same round trip, as ``limit``: none, the limit, or why it cannot be read. What the limit
+counts is the work not yet done, ``backlog + pending`` (``not_done``).
+
+Cost: one round trip of four O(1) commands (``XLEN`` of both streams, ``XINFO GROUPS``, the
+limits' ``HGETALL``), and a second one (``XRANGE ... COUNT 1``) only when entries wait. Library
+code: no logging setup.
 """
 
 from __future__ import annotations
@@ -38,9 +43,11 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from redis.asyncio import Redis
+from redis.client import NEVER_DECODE
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+from coordinator.fleet.limits import NO_LIMIT, LimitReading, reading_of
 from replica.contract import WORK_GROUP, Keys, format_time, now_utc
 from replica.control.redisio import uncancelled
 
@@ -64,6 +71,16 @@ class Backlog:
     """Whether the consumer group exists."""
     error: str = ""
     """Why the figures are unknown (a work key of the wrong type), or empty."""
+    limit: LimitReading = NO_LIMIT
+    """The fleet's backlog limit, read with the figures."""
+
+    @property
+    def not_done(self) -> int | None:
+        """What the backlog limit counts: entries not yet delivered plus pending ones (None:
+        unknown)."""
+        if self.backlog is None or self.pending is None:
+            return None
+        return self.backlog + self.pending
 
     def oldest_waiting_s(self, now: datetime | None = None) -> float | None:
         """The age of the oldest entry not yet delivered: 0 when nothing waits, None when
@@ -105,6 +122,12 @@ NUMBERS: Final = ("backlog", "pending", "dead_letters", "oldest_waiting_s")
 def figures_of(backlog: Backlog | None, now: datetime | None = None) -> dict[str, Any]:
     """``Backlog.figures`` (all None when the backlog was not read)."""
     return (backlog or UNREAD).figures(now)
+
+
+def limit_of(backlog: Backlog | None) -> dict[str, Any] | None:
+    """The ``backlog_limit`` of the summary shape: null without a limit (or when the backlog
+    was not read), else ``{"max_backlog", "when_full", "by", "at", "error"}``."""
+    return None if backlog is None else backlog.limit.to_dict()
 
 
 def _text(value: Any) -> str:
@@ -154,21 +177,23 @@ async def read_backlog(redis: Redis, keys: Keys) -> Backlog:
         pipe.xlen(keys.work)
         pipe.xinfo_groups(keys.work)
         pipe.xlen(keys.dead)
+        pipe.execute_command("HGETALL", keys.limits, **{NEVER_DECODE: True})  # may be garbage
         try:
-            length, groups, dead = await uncancelled(pipe.execute(raise_on_error=False))
+            length, groups, dead, limits = await uncancelled(pipe.execute(raise_on_error=False))
             break
         except RedisConnectionError:
             if attempt:
                 raise
-    for reply in (length, groups, dead):
+    for reply in (length, groups, dead, limits):
         if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
             raise reply  # Redis gone (or worse): not the backlog's to hide
     dead_letters = None if isinstance(dead, Exception) else _int(dead)  # a dead key not a stream
+    limit = reading_of(limits)
     if length == 0 and isinstance(groups, ResponseError) and "no such key" in str(groups).lower():
-        return Backlog(0, 0, dead_letters, None, length=0)  # no work stream
+        return Backlog(0, 0, dead_letters, None, length=0, limit=limit)  # no work stream
     for reply in (length, groups):
         if isinstance(reply, Exception):  # the work key is not a stream
-            return Backlog(None, None, dead_letters, None, stream=True,
+            return Backlog(None, None, dead_letters, None, stream=True, limit=limit,
                            error=" ".join(f"{type(reply).__name__}: {reply}".split())[:MAX_ERROR])
     size = _int(length) or 0
     group = _group(groups)
@@ -190,7 +215,7 @@ async def read_backlog(redis: Redis, keys: Keys) -> Backlog:
     elif not size:
         backlog = 0
     return Backlog(backlog, pending, dead_letters, oldest, length=size, stream=True,
-                   group=group is not None)
+                   group=group is not None, limit=limit)
 
 
-__all__ = ["NUMBERS", "UNREAD", "Backlog", "figures_of", "id_time", "read_backlog"]
+__all__ = ["NUMBERS", "UNREAD", "Backlog", "figures_of", "id_time", "limit_of", "read_backlog"]

@@ -30,9 +30,11 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from coordinator.fleet import producer
 from coordinator.fleet.calls import again
 from coordinator.fleet.changes import Changes
-from coordinator.fleet.durability import Durability, NotConfirmed, write_confirmed
+from coordinator.fleet.durability import Durability, NotConfirmed
+from coordinator.fleet.limits import LimitChange, LimitReading, Limits
 from coordinator.fleet.listener import AckListener
 from coordinator.fleet.models import AuditEvent, FleetStatus, ReplicaInfo, WaitReport
 from coordinator.fleet.reads import Reads
@@ -47,12 +49,10 @@ from replica.contract import (
     A_VERSION,
     AUDIT_MAXLEN,
     DEFAULT_HOLD,
-    ITEM_FIELD,
     FleetState,
     Keys,
     format_time,
     now_utc,
-    text,
     validate_fleet,
 )
 from replica.contract.keys import FLEETS_KEY
@@ -90,6 +90,7 @@ class Fleet:
                                 Durability(min_replicas_ack, min_replicas_timeout))
         self._listener = AckListener(redis, self._keys)
         self._waiter = Waiter(redis, self._keys, self._reads, self._listener)
+        self._limits = Limits(redis, self._name, self._keys)
         self._schedules = Schedules(redis, self._name, self._keys)
 
     # ------------------------------------------------------------------ listening
@@ -236,20 +237,37 @@ class Fleet:
         """The latest audit events, newest first."""
         return await self._reads.history(limit)
 
-    async def enqueue(self, items: Iterable[Any]) -> list[str]:
-        """Append each item (as JSON, field ``item``) to the work stream, pipelined on one
-        connection; returns the entry ids. On a primary with replicas connected, the batch is
-        confirmed as a change is (``WAIT`` on that connection, ``min_replicas_ack`` within
-        ``min_replicas_timeout``): a batch no replica confirmed raises ``BatchNotConfirmed``
-        carrying its ids (written to the primary; a failover now could lose it)."""
-        work = self._keys.work
-        commands = [("XADD", work, "*", ITEM_FIELD, json.dumps(item)) for item in items]
-        if not commands:
-            return []
-        replies, confirm = await uncancelled(
-            write_confirmed(self._redis, work, commands, self._changes.durability))
-        ids = [text(x) for x in replies]
-        return ids if confirm is None else confirm.check_batch(self._name, ids)
+    async def enqueue(self, items: Iterable[Any], *, timeout: float = 60.0) -> list[str]:
+        """Append the items (as JSON, field ``item``) to the work stream as one batch, whole or
+        not at all, within the fleet's backlog limit (``set_limit``; none by default); returns
+        the entry ids. The limit is checked in the script that adds the batch
+        (``coordinator.fleet.producer``): a full backlog raises ``BacklogFull`` (nothing
+        written) at once, or with ``when_full`` wait once ``timeout`` seconds passed without
+        room. On a primary with replicas connected, the batch is confirmed as a change is
+        (``WAIT`` on that connection, ``min_replicas_ack`` within ``min_replicas_timeout``): a
+        batch no replica confirmed raises ``BatchNotConfirmed`` carrying its ids (written to
+        the primary; a failover now could lose it)."""
+        return await producer.enqueue(self._redis, self._name, self._keys, items,
+                                      self._changes.durability, timeout)
+
+    # ------------------------------------------------------------------ backlog limit
+
+    async def set_limit(
+        self, max_backlog: int, when_full: str = "reject", *, by: str
+    ) -> LimitChange:
+        """Limit the work not yet done (lag plus pending) of the work stream to
+        ``max_backlog`` entries for every producer; ``when_full`` ``reject`` or ``wait``.
+        Audited (``limit_set``)."""
+        return await self._limits.set(max_backlog, when_full, by=by)
+
+    async def clear_limit(self, *, by: str) -> LimitChange:
+        """Remove the backlog limit (audited, ``limit_cleared``); a fleet without one: nothing
+        written, ``changed`` False."""
+        return await self._limits.clear(by=by)
+
+    async def limit(self) -> LimitReading:
+        """The backlog limit as Redis holds it: none, the limit, or why it cannot be read."""
+        return await self._limits.read()
 
     # ------------------------------------------------------------------ schedules
 

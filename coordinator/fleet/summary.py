@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from coordinator.fleet.backlog import Backlog, figures_of
+from coordinator.fleet.backlog import Backlog, figures_of, limit_of
 from coordinator.fleet.models import FleetStatus, ReplicaInfo
 from coordinator.fleet.schedule import state_dict
 from replica.contract import CONTROL_CONNECTED, FleetState, format_time, now_utc
@@ -317,6 +317,7 @@ class FleetSummary:
             "slowest_acks": [{"id": rid, "ack_s": _round(s)} for rid, s in f.slowest_acks],
             "read_at": format_time(self.read_at) or None,
             **figures_of(f.backlog, now),
+            "backlog_limit": limit_of(f.backlog),
         }
 
     def to_dict(self) -> dict[str, Any]:

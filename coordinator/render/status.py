@@ -156,7 +156,22 @@ def backlog_text(counts: Mapping[str, Any]) -> str:
     age = counts.get("oldest_waiting_s")
     if counts.get("backlog") != 0:
         text += f" (oldest {format_age(age)})" if age is not None else " (oldest unknown)"
-    return f"{text}, {number('pending')} pending, {number('dead_letters')} dead letters"
+    text = f"{text}, {number('pending')} pending, {number('dead_letters')} dead letters"
+    return text + limit_text(counts)
+
+
+def limit_text(counts: Mapping[str, Any]) -> str:
+    """The backlog limit after the figures: ``; limit 5000 (2988 not yet done), when full:
+    reject``, ``; limit unreadable: ... (every enqueue refused)``, or empty (no limit)."""
+    limit = counts.get("backlog_limit")
+    if not limit:
+        return ""
+    if limit.get("error"):
+        return f"; limit unreadable: {printable(limit['error'])} (every enqueue refused)"
+    backlog, pending = counts.get("backlog"), counts.get("pending")
+    done = "unknown" if backlog is None or pending is None else str(backlog + pending)
+    return (f"; limit {limit['max_backlog']} ({done} not yet done), when full: "
+            f"{limit['when_full']}")
 
 
 def replica_table(

@@ -17,7 +17,7 @@ before), with ``auto_resume``; a resume takes ``hold`` or ``all``. An invalid ho
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -32,6 +32,7 @@ from replica.contract import (
     now_utc,
 )
 from replica.contract.holds import validate_hold
+from replica.contract.limits import MAX_BACKLOG
 from replica.errors import ContractError
 
 _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
@@ -200,4 +201,16 @@ class ResumeRequest(_WriteBody):
         return self
 
 
-__all__ = ["PauseRequest", "ResumeRequest"]
+class LimitRequest(_WriteBody):
+    """Set the fleet's backlog limit (``PUT .../limits``): the most entries of its work stream
+    not yet done (not delivered, or delivered and not acknowledged) that producers may leave,
+    and what a producer does when a batch would pass it. ``by`` is the token's operator."""
+
+    max_backlog: int = Field(ge=1, le=MAX_BACKLOG, description=(
+        "The most entries not yet done (lag plus pending), 1 to 10^12."))
+    when_full: Literal["reject", "wait"] = Field(default="reject", description=(
+        "reject: a batch that does not fit is refused at once; wait: the producer waits for "
+        "room up to its timeout, then is refused."))
+
+
+__all__ = ["LimitRequest", "PauseRequest", "ResumeRequest"]

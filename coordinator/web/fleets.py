@@ -10,6 +10,8 @@
     POST /api/fleets/{name}/resume       admin  as POST /api/fleet/resume (404: never seen)
     GET  /api/fleet, /api/fleet/history, POST /api/fleet/pause, /api/fleet/resume
                                                 the default fleet (FLEETGATE_FLEET)
+    GET/PUT/DELETE /api/fleets/{name}/limits, /api/fleet/limits
+                                                the backlog limit (coordinator.web.limits)
 
 Both families run the same handlers and check the token the same way (``coordinator.web.deps``):
 a token limited to other fleets gets 403. Their bodies are the same but for the fleet's GET:
@@ -49,6 +51,7 @@ from coordinator.web.fleetview import (
     scaling_view,
     status_view,
 )
+from coordinator.web.limits import install as install_limits
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +73,8 @@ HistoryLimit = Annotated[int, Query(ge=1, le=MAX_HISTORY)]
 
 
 def install(app: FastAPI, settings: CoordinatorSettings) -> None:
-    """Add the fleet routes to ``app``."""
+    """Add the fleet routes to ``app`` (and the backlog limit's: ``coordinator.web.limits``)."""
+    install_limits(app)
 
     # -- shared by both families
 

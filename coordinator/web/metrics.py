@@ -29,6 +29,10 @@ Metrics (every fleet of the registry ``fleetgate:fleets`` and the default one, a
                                                 when nothing waits; absent when unknown)
     fleetgate_fleet_dead_letters{fleet}         length of the dead-letter stream
                                                 fleetgate:{NAME}:dead
+    fleetgate_fleet_backlog_limit{fleet}        the fleet's backlog limit (max_backlog: the most
+                                                entries not yet done, backlog + pending, that
+                                                producers may leave); absent without a limit,
+                                                or when it cannot be read
     fleetgate_fleet_read_error{fleet}           1 when the fleet could not be read at this
                                                 scrape (a key of the wrong type, a state hash
                                                 edited into garbage): its other series are
@@ -182,6 +186,10 @@ class _Gauges:
             "Age of the oldest entry not yet delivered (0: none waits; absent: unknown)",
         )
         self.dead = gauge("fleetgate_fleet_dead_letters", "Length of the dead-letter stream")
+        self.limit = gauge(
+            "fleetgate_fleet_backlog_limit",
+            "The backlog limit producers obey: most entries not yet done (absent: no limit)",
+        )
         self.read_error = gauge(
             "fleetgate_fleet_read_error",
             "1 when the fleet could not be read (its other series are absent), else 0",
@@ -211,6 +219,9 @@ class _Gauges:
                            (self.oldest, "oldest_waiting_s"), (self.dead, "dead_letters")):
             if s[key] is not None:  # unknown: no series, never a wrong number
                 gauge.labels(name).set(s[key])
+        limit = s.get("backlog_limit")
+        if limit and limit.get("max_backlog") is not None:  # none, or unreadable: no series
+            self.limit.labels(name).set(limit["max_backlog"])
 
 
 class _WatcherCollector:

@@ -13,6 +13,7 @@ Every key of a fleet carries the hash tag ``{NAME}`` so the fleet lives in one C
     fleetgate:{NAME}:schedules      hash: schedule name -> JSON of a recurring window (schedules)
     fleetgate:{NAME}:work           stream of work items (field ``item``, JSON), group "fleetgate"
     fleetgate:{NAME}:dead           dead letters
+    fleetgate:{NAME}:limits         hash: the backlog limit producers obey (absent: none)
     fleetgate:{NAME}:runs           hash: work entry id -> handler runs started (gone at its XACK)
     fleetgate:{NAME}:demo:done      demo bookkeeping
     fleetgate:{NAME}:demo:log       demo bookkeeping

@@ -81,6 +81,12 @@ class Keys:
         return f"{self.prefix}:work"
 
     @property
+    def limits(self) -> str:
+        """Hash: the fleet's backlog limit (``max_backlog``, ``when_full``, ``by``, ``at``;
+        ``replica.contract.limits``), absent without one. Written by coordinators only."""
+        return f"{self.prefix}:limits"
+
+    @property
     def dead(self) -> str:
         return f"{self.prefix}:dead"
 

@@ -21,6 +21,11 @@ RESTORE_STATE_LUA: Final = _script("restore_state.lua")
 """Create the state hash from a replica's applied state if absent (the newest version wins;
 a pause is never replaced by a running state, and an older pause met by a newer running state is
 kept with its version raised above it: returns 1 written, 0 refused, ``RESTORE_RAISED``)."""
+ENQUEUE_LUA: Final = _script("enqueue.lua")
+"""Add a batch of work items within the fleet's backlog limit, whole or not at all (KEYS: work,
+limits; ARGV: group, field, items...; replies ``ok``, ``full`` or ``unreadable``)."""
+SET_LIMITS_LUA: Final = _script("set_limits.lua")
+"""Set or clear the fleet's backlog limit and audit it (KEYS: limits, audit, state)."""
 SCHEDULE_WRITE_LUA: Final = _script("schedule_write.lua")
 """Add, replace, remove or end early a schedule atomically: write, audit, tell the replicas."""
 RESTORE_RAISED: Final = 2
