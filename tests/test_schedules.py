@@ -253,3 +253,20 @@ def test_the_schedules_of_the_state_are_read_at_every_poll_by_both_sides_alike()
     merged, _ = with_schedules(FleetState.initial("f"), [s], at)
     (hold,) = merged.holds or ()
     assert (hold.starts_at, hold.auto_resume_at) == (first.start, first.end)
+
+
+def test_status_shows_each_schedules_next_occurrence_and_one_in_force(
+    capsys: pytest.CaptureFixture[str], cli_env: str,
+) -> None:
+    assert run(capsys, *ADD)[0] == 0
+    now = now_utc()
+    assert run(capsys, "schedule", "add", "freeze", "--cron", f"{now.minute} {now.hour} * * *",
+               "--duration", "23h", "--timezone", "UTC", "--reason", "freeze")[0] == 0
+    code, out, err = run(capsys, "status")
+    assert code == 0, err
+    assert "schedule backup (2h '0 2 * * SUN' Europe/Berlin): next " in out
+    assert "schedule freeze (23h " in out and "UTC): now " in out
+    body = json.loads(run(capsys, "status", "--json")[1])
+    by_name = {s["name"]: s for s in body["schedules"]}
+    assert by_name["freeze"]["active"] is True and by_name["backup"]["active"] is False
+    assert len(by_name["backup"]["next"]) == 3

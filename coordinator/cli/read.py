@@ -70,7 +70,14 @@ def status(
     def as_json(st: FleetStatus) -> dict[str, Any]:
         if every:
             return render.fleet_status_dict(st, max_pause=max_pause, slow_ack_s=slow_ack)
-        return summarize(st, max_pause=max_pause, slow_ack_s=slow_ack).to_dict()
+        shape = summarize(st, max_pause=max_pause, slow_ack_s=slow_ack).to_dict()
+        if st.schedules is not None:  # each with its occurrence in force or its next ones
+            from coordinator.render.schedules import schedules_dict
+            from replica.contract import now_utc
+
+            shape["schedules"] = schedules_dict(st.state.fleet, st.schedules,
+                                                now_utc())["schedules"]
+        return shape
 
     def as_text(st: FleetStatus) -> RenderableType:
         if every:

@@ -40,6 +40,7 @@ from replica.contract import (
     format_time,
     parse_time,
 )
+from replica.contract.schedules import ScheduleSet
 from replica.contract.selectors import check_labels
 from replica.errors import ContractError
 
@@ -235,6 +236,9 @@ class FleetStatus:
     backlog: Backlog | None = None
     """The fleet's work stream (``coordinator.fleet.backlog``), when read with the status
     (the snapshot cache, ``fleetgate status``, ``fleetgate fleets``); None: not read."""
+    schedules: ScheduleSet | None = None
+    """The fleet's recurring windows (``replica.contract.schedules``), when read with the
+    status (``fleetgate status``); None: not read."""
 
 
 @dataclass(slots=True)

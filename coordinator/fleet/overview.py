@@ -24,7 +24,7 @@ from typing import Final, TypeVar
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from coordinator.fleet.backlog import read_backlog
@@ -32,6 +32,7 @@ from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import FleetStatus
 from coordinator.fleet.registry import read_registry
 from replica.contract import now_utc
+from replica.contract.schedules import ScheduleSet
 from replica.errors import ContractError
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,17 @@ async def status_with_backlog(fleet: Fleet) -> FleetStatus:
     """``Fleet.status()`` with the fleet's backlog (``backlog.read_backlog``), as ``fleetgate
     status`` and ``fleetgate fleets`` show it."""
     status = await fleet.status()
-    return replace(status, backlog=await read_backlog(fleet.redis, fleet.keys))
+    return replace(status, backlog=await read_backlog(fleet.redis, fleet.keys),
+                   schedules=await read_schedules(fleet))
+
+
+async def read_schedules(fleet: Fleet) -> ScheduleSet:
+    """The fleet's schedules; a key that cannot be read is one unreadable entry (``*``),
+    never the status's error."""
+    try:
+        return await fleet.schedules()
+    except ResponseError as exc:
+        return ScheduleSet((), (("*", f"the schedules key cannot be read: {exc}"),))
 
 
 async def read_statuses(

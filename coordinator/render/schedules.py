@@ -117,18 +117,27 @@ def schedules_text(found: ScheduleSet, now: datetime, count: int = NEXT) -> Text
 
 
 def next_line(found: ScheduleSet, now: datetime) -> Text:
-    """For ``status``: one line per schedule with its occurrence in force or its next one."""
-    out = Text()
+    """For ``status``: one line per schedule with its occurrence in force or its next one::
+
+        schedule backup (2h '0 2 * * SUN' Europe/Berlin): next 2026-12-06 02:00 CET (T) to ...
+    """
+    lines: list[tuple[str, str]] = []
     for schedule in found.schedules:
         nexts = next_occurrences(schedule, now, 1)
+        head = (f"schedule {schedule.name} ({span(schedule.duration_s)} {schedule.cron!r} "
+                f"{schedule.timezone}): ")
         if not nexts:
-            out.append(f"\nschedule {schedule.name}: no more occurrences", style="dim")
+            lines.append((head + "no more occurrences", "dim"))
             continue
         occ = nexts[0]
-        out.append(f"\nschedule {schedule.name} ({span(schedule.duration_s)} "
-                   f"{schedule.cron!r} {schedule.timezone}): "
-                   + occurrence_line(schedule, occ, now),
-                   style="yellow" if occ.active(now) else "cyan")
+        lines.append((head + occurrence_line(schedule, occ, now),
+                      "yellow" if occ.active(now) else "cyan"))
+    for name, why in found.unreadable:
+        lines.append((f"schedule {printable(name)}: unreadable ({printable(why)}), skipped",
+                      "red"))
+    out = Text()
+    for i, (line, style) in enumerate(lines):
+        out.append(("\n" if i else "") + line, style=style)
     return out
 
 

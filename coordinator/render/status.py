@@ -291,6 +291,11 @@ def summary_renderable(
             "attention); --all for every row", style="italic"))
     if status.unreadable:
         parts.append(Text(unreadable_line(status.unreadable), style="yellow"))
+    if status.schedules is not None and (status.schedules.schedules
+                                         or status.schedules.unreadable):
+        from coordinator.render.schedules import next_line
+
+        parts.append(next_line(status.schedules, fs.now))
     return Group(*parts)
 
 
