@@ -136,14 +136,16 @@ async def test_garbage_entries_are_skipped_and_counted_and_the_read_is_capped(
     keys = Keys(fleet_name)
     await fleet.pause("first", by="ops", hold="one")
     stamp = format_time(now_utc())
-    for garbage in ({"junk": "1"}, {"action": "explode", "at": stamp},
+    for garbage in ({"junk": "1"}, {"action": "Explode!", "at": stamp},
                     {"action": "pause", "hold": "db", "at": "yesterday"},
                     {"action": "pause", "hold": "Not A Hold!", "at": stamp},
                     {"action": "pause", "hold": b"\xff\xfe", "at": stamp},
                     {"action": "hold_scheduled", "hold": "x", "at": stamp}):
         await redis.xadd(keys.audit, garbage)  # type: ignore[arg-type]
     for known in ({"action": "restore", "by": "r-1", "at": stamp},  # no span, no garbage
-                  {"action": "schedule_added", "hold": "nightly", "at": stamp, "cron": "0 2 * * *"}):
+                  {"action": "schedule_added", "hold": "nightly", "at": stamp, "cron": "0 2 * * *"},
+                  {"action": "limit_set", "hold": "", "at": stamp},
+                  {"action": "of_a_later_release", "hold": "x", "at": stamp}):
         await redis.xadd(keys.audit, known)  # type: ignore[arg-type]
     await fleet.resume(by="ops", hold="one")
     await fleet.pause("second", by="ops", hold="two")

@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.timeline import read_timeline
+from coordinator.notify.windows import WindowAudit
 from replica.contract import format_time, now_utc
 from replica.contract.schedules import occurrences
 
@@ -52,3 +53,26 @@ async def test_each_occurrence_of_a_schedule_is_a_span_and_one_ended_early_ends_
     assert after.skipped == 0
     first = next(s for s in after.spans if s.hold == "hourly")
     assert (first.end, first.ended, first.ended_by) == (ended_at, "early", "carol")
+
+
+async def test_a_removed_schedule_keeps_its_audited_occurrence_ended_at_its_removal(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    """The watcher's own audit of the occurrence (``WindowAudit.check_schedules``), then the
+    schedule removed: no schedule left to compute from, the trail alone draws it."""
+    fleet = Fleet(redis, fleet_name)
+    now = now_utc()
+    began = (now - timedelta(minutes=2)).replace(second=0, microsecond=0)
+    sch = await fleet.add_schedule(
+        "hourly", f"{began.minute} * * * *", timedelta(minutes=20), "UTC", "cache flush",
+        by="alice")
+    audit = WindowAudit(redis, fleet_name)
+    assert await audit.check_schedules([sch], 1, now_utc()) == 1  # schedule_started
+    await fleet.remove_schedule("hourly", by="dave", reason="not needed")
+    removed_at = (await fleet.history(limit=1))[0].at
+    line = await read_timeline(redis, fleet_name, now_utc(), hours=24, days=7)
+    assert line.skipped == 0
+    [span] = line.spans
+    assert (span.hold, span.kind, span.start, span.end, span.ended, span.ended_by) == (
+        "hourly", "schedule", began, removed_at, "early", "dave")
+    assert span.extras["schedule"] == f"{began.minute} * * * * (UTC)"

@@ -4,7 +4,8 @@ The occurrences are computed from the schedules themselves (``replica.contract.s
 the evaluation every replica makes), past and ahead alike, so a timeline shows them with no
 watcher having audited any, from the time the schedule was added. One ended early (``schedule_ended`` in the audit trail, the
 schedule's ``ended_early``) ends at that entry's time, by its ``by``. A schedule's own hold
-spans rebuilt from the trail (a window's edges, its release) are left to the occurrences.
+spans rebuilt from the trail (the watcher's ``schedule_started``/``schedule_ended``) are left to
+the occurrences; those of a schedule removed since stay, from the trail alone.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def schedule_spans(
 def without_schedule_holds(spans: Sequence[Span], schedules: ScheduleSet) -> list[Span]:
     """``spans`` but the trail's spans of a schedule's own hold (its occurrences show it)."""
     names = {s.name for s in schedules.schedules}
-    return [s for s in spans if s.kind == SCHEDULE or s.hold not in names]
+    return [s for s in spans if s.hold not in names]
 
 
 __all__ = ["read_schedules", "schedule_spans", "without_schedule_holds"]

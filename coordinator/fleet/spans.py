@@ -13,8 +13,12 @@ state, which has the last word on what is in force now and what is planned:
 * ``window_started``/``window_ended`` (the watcher's edges) open and close a window; with no
   watcher running the edges are taken from ``starts_at``/``auto_resume_at`` themselves, as the
   replicas do (a span closes by itself at its ``auto_resume_at``: ``ended: auto``);
-* ``restore`` and a schedule's changes (``schedule_added``...) open no span. An entry that cannot be read (no time, an unknown action, a
-  hold name that is not one) is skipped and counted (``Rebuilt.skipped``).
+* ``schedule_started``/``schedule_ended`` (the watcher's) open and close a schedule's
+  occurrence (``kind: schedule``); an early end or ``schedule_removed`` close it then;
+* any other action (``restore``, ``schedule_added``, ``limit_set``, one of a later release)
+  changes no hold and is passed over. An entry that cannot be read (no time, no action or one
+  that is not a word, a hold name that is not one) is skipped and counted
+  (``Rebuilt.skipped``).
 
 Then the state: a hold active now is an open span (``end`` null, ``until`` its
 ``auto_resume_at``), begun at its ``since``; a scheduled one is a planned window; one that
@@ -26,6 +30,7 @@ a hold or an entry (a selector, canaries) are carried along as they are.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,13 +45,18 @@ WINDOW: Final = "window"
 SCHEDULE: Final = "schedule"
 EXTRAS: Final = ("select", "canaries", "schedule")
 """Fields of a hold (or an audit entry) a span carries as they are, when present."""
+ENTRY_FIELDS: Final = (*EXTRAS, "cron", "timezone", "early")
+"""The fields of an audit entry the rebuild reads beyond ``AuditEvent``'s."""
 OPENS: Final = frozenset({"pause", "hold_added", "hold_updated"})
-SCHEDULE_CHANGES: Final = frozenset({"schedule_added", "schedule_updated", "schedule_removed",
-                                     "schedule_ended"})
-"""A schedule's changes: no span of their own (its occurrences are computed from it)."""
-KNOWN: Final = OPENS | SCHEDULE_CHANGES | {
+OCCURRENCE_EDGES: Final = frozenset({"schedule_started", "schedule_ended", "schedule_removed"})
+"""An occurrence of a schedule starting and ending (the watcher's, or an early end), and a
+schedule removed (its occurrence in force ends)."""
+HOLD_ACTIONS: Final = OPENS | OCCURRENCE_EDGES | {
     "resume", "hold_released", "hold_scheduled", "hold_cancelled", "window_started",
-    "window_ended", "restore"}
+    "window_ended"}
+"""The actions that open or close a span; any other well-formed action (``restore``,
+``schedule_added``, ``limit_set``, one of a later release) changes no hold and is passed over."""
+ACTION_RE: Final = re.compile(r"[a-z][a-z_]{0,39}")
 
 
 @dataclass(slots=True)
@@ -100,9 +110,9 @@ class Rebuilt:
 def readable(entry: Entry) -> bool:
     """Whether the rebuild can use ``entry``: a known action, a time, hold names."""
     e = entry.event
-    if e.action not in KNOWN or e.at is None:
+    if ACTION_RE.fullmatch(e.action) is None or e.at is None:
         return False
-    if e.action == "restore" or e.action in SCHEDULE_CHANGES:
+    if e.action not in HOLD_ACTIONS:
         return True
     names = e.hold.split(",") if e.hold else []
     if e.action == "hold_scheduled" and e.starts_at is None:
@@ -181,6 +191,15 @@ class _Rebuild:
                     name, WINDOW, at, None, e.by, e.reason, e.auto_resume_at, extras=extras)
                 span.start = at
                 self.open[name] = span
+        elif e.action == "schedule_started":
+            if name not in self.open:
+                extras.setdefault("schedule", f"{entry.extras.get('cron', '')} "
+                                              f"({entry.extras.get('timezone', '')})")
+                self.open[name] = Span(name, SCHEDULE, at, None, e.by, e.reason,
+                                       e.auto_resume_at, extras=extras)
+        elif e.action in ("schedule_ended", "schedule_removed"):
+            early = e.action == "schedule_removed" or entry.extras.get("early") == "1"
+            self.close(name, at, "early" if early else "auto", e.by if early else "")
         elif e.action == "window_ended":
             if name in self.open:
                 self.close(name, at, "auto")
@@ -211,7 +230,8 @@ class _Rebuild:
                     s.hold == h.name and s.end == h.auto_resume_at for s in self.done):
                 self.done.append(Span(h.name, kind, h.starts_at or h.since, h.auto_resume_at,
                                       h.by, h.reason, h.auto_resume_at, "auto", extras=extras))
-        for name in [n for n in self.open if n not in holds or not holds[n].active(now)]:
+        ours = [n for n, s in self.open.items() if s.kind != SCHEDULE]  # occurrences end alone
+        for name in [n for n in ours if n not in holds or not holds[n].active(now)]:
             changed = state.changed_at if state.changed_at is not None else now
             span = self.open[name]
             end = changed if span.start is None or changed >= span.start else now
@@ -247,5 +267,5 @@ def clip(spans: Iterable[Span], left: datetime, right: datetime, now: datetime) 
     return out
 
 
-__all__ = ["EXTRAS", "HOLD", "KNOWN", "SCHEDULE", "WINDOW", "Entry", "Rebuilt", "Span", "clip",
+__all__ = ["ENTRY_FIELDS", "EXTRAS", "HOLD", "HOLD_ACTIONS", "SCHEDULE", "WINDOW", "Entry", "Rebuilt", "Span", "clip",
            "readable", "rebuild"]

@@ -25,7 +25,7 @@ from redis.client import NEVER_DECODE
 from coordinator.fleet.calls import again
 from coordinator.fleet.models import AuditEvent
 from coordinator.fleet.occurrences import read_schedules, schedule_spans, without_schedule_holds
-from coordinator.fleet.spans import EXTRAS, Entry, Span, clip, rebuild
+from coordinator.fleet.spans import ENTRY_FIELDS, Entry, Span, clip, rebuild
 from replica.contract import FleetState, Keys, format_time
 
 MAX_ENTRIES: Final = 2000
@@ -71,7 +71,7 @@ def parse_entry(raw: Any) -> Entry | None:
         event = AuditEvent.from_entry(entry_id, h)
     except (TypeError, ValueError):  # UnicodeDecodeError is a ValueError
         return None
-    return Entry(event, {k: h[k] for k in EXTRAS if h.get(k)})
+    return Entry(event, {k: h[k] for k in ENTRY_FIELDS if h.get(k)})
 
 
 async def read_entries(

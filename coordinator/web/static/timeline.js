@@ -15,7 +15,7 @@ window.FG.timeline = (function () {
   const AXIS_H = 30;
   const PAST_SHARE = 0.55; // of the drawing width, for the past
   const CHAR_W = 6.6; // an estimate of one character of the 11px labels (generous: no overflow)
-  const LEGEND_CHAR_W = 5.8;
+  const LEGEND_CHAR_W = 6.2;
   const KINDS = {
     hold: "hold (from the audit trail)",
     window: "one-off window",
