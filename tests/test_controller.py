@@ -4,9 +4,9 @@ and the whole control plane end to end against a real Redis."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import subprocess
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -205,12 +205,25 @@ def test_the_options_come_as_keywords_or_as_settings_but_not_both() -> None:
 
 
 @pytest.mark.parametrize("moment", ["a poll", "the first connection"])
-async def test_stop_returns_within_a_second_when_redis_stops_answering_in_the_middle_of_a_call(
-    private_redis: LocalRedis, fleet_name: str, moment: str
+async def test_stop_does_not_wait_for_a_redis_that_stops_answering_in_the_middle_of_a_call(
+    private_redis: LocalRedis, fleet_name: str, moment: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="replica.control")
     admin = aioredis.Redis.from_url(private_redis.url)
-    replica = Replica(private_redis.url, fleet_name, "pod-1", poll_interval=0.05,
-                      start_timeout=0.3)
+    # Only stop's own bounds can end the stop within the 10 s it is given: Redis answers after
+    # 30 s, and the round trip's timeout and the client's socket timeouts are 60 s
+    url = f"{private_redis.url}?socket_timeout=60&socket_connect_timeout=60"
+    replica = Replica(url, fleet_name, "pod-1", poll_interval=0.05, start_timeout=0.3,
+                      io_timeout=60.0)
+    link = replica.controller._link
+    call = link.call
+    entered = asyncio.Event()
+
+    async def spy(commands: list[tuple[Any, ...]], quiet: Any = ()) -> list[Any]:
+        entered.set()
+        return await call(commands, quiet)
+
+    link.call = spy  # type: ignore[method-assign]
     try:
         if moment == "the first connection":
             await admin.execute_command("CLIENT", "PAUSE", "30000", "ALL")
@@ -218,22 +231,16 @@ async def test_stop_returns_within_a_second_when_redis_stops_answering_in_the_mi
             assert not replica.controller.synced
         else:
             await replica.start()
-            link = replica.controller._link
-            call = link.call
-            entered = asyncio.Event()
-
-            async def spy(commands: list[tuple[Any, ...]], quiet: Any = ()) -> list[Any]:
-                entered.set()
-                return await call(commands, quiet)
-
-            link.call = spy  # type: ignore[method-assign]
             await admin.execute_command("CLIENT", "PAUSE", "30000", "ALL")
             entered.clear()
-            await entered.wait()  # a poll went out to a Redis that answers nothing
-        t0 = time.monotonic()
-        await replica.controller.stop()
-        assert time.monotonic() - t0 < 1.0
+        await entered.wait()  # a call went out to a Redis that answers nothing
+        async with asyncio.timeout(10):  # a hang guard, far below the pause
+            await replica.controller.stop()
         assert all(task.done() for task in replica.controller._tasks)
+        # the record's removal was given up at its bound, and no cancellation was lost
+        messages = [r.getMessage() for r in caplog.records]
+        assert any("could not remove the record on stop" in m for m in messages), messages
+        assert not any("did not stop within" in m for m in messages), messages
         await replica.controller.stop()  # idempotent
     finally:
         private_redis.kill()  # the pause would outlive the test
