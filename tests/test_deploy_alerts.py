@@ -30,6 +30,7 @@ EXPECTED_ALERTS = {
     "FleetgateReplicasNotAcknowledging",
     "FleetgateQueueNearBoundWhilePaused",
     "FleetgateControlPlaneDisconnected",
+    "FleetgateBacklogNearLimitWhilePaused",
 }
 
 # The metrics fleetgate exports (replica and coordinator). A rule that names anything else is
@@ -54,6 +55,8 @@ EXPORTED_METRICS = {
     "fleetgate_fleet_replicas",
     "fleetgate_fleet_unacknowledged",
     "fleetgate_fleet_backlog",
+    "fleetgate_fleet_pending",
+    "fleetgate_fleet_backlog_limit",
 }
 
 # The recording rules the deployment promises (autoscalers read them: deploy/README.md).
@@ -257,7 +260,7 @@ def test_promtool_fails_rules_that_fold_every_fleet_into_one_alert(tmp_path: Pat
         test for test in tests["tests"] if test["name"].startswith("two fleets")
         and any(case.get("exp_alerts") for case in test["alert_rule_test"])
     ]
-    assert len(tests["tests"]) == 2
+    assert len(tests["tests"]) == 3
     broken = tmp_path / "folded.test.yml"
     broken.write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
     result = _run_promtool("test", "rules", str(broken))
