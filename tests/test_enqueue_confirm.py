@@ -27,6 +27,7 @@ from redis.asyncio import Redis
 
 from bench.redisnode import wait_for
 from coordinator.demo.localredis import LocalRedis
+from coordinator.fleet import durability
 from coordinator.fleet.durability import BatchNotConfirmed, NotConfirmed, Unconfirmed
 from coordinator.fleet.fleet import Fleet
 from replica.contract import Keys
@@ -159,6 +160,39 @@ async def test_a_sentinel_primary_alone_after_its_replica_died_is_not_waited_on(
         await redis.aclose()
     assert len(ids) == 2
     assert waits(sentinel_group.master().url) == 0
+
+
+async def test_a_replica_back_since_the_primary_was_found_alone_is_waited_on(
+    sentinel_group: SentinelGroup, fleet_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 10-minute Sentinel chaos run lost 7 items it had been told were confirmed: the
+    primary, alone while its replica restarted, answered ``ROLE`` with no replica; that "none"
+    was remembered for ``REPLICAS_CACHE_S``, the replica synced, was frozen (a lossy failover),
+    and the batches of that second went without ``WAIT``, unconfirmed yet reported confirmed,
+    and died with the primary. "None" is asked again each time (a count of replicas is still
+    remembered: it leads to ``WAIT`` anyway). The cache is made to last the whole test, so
+    that what it remembers, not how fast the test runs, decides."""
+    monkeypatch.setattr(durability, "REPLICAS_CACHE_S", 3600.0)
+    primary = sentinel_group.master()
+    (replica,) = sentinel_group.replica_nodes()
+    replica.kill()
+    redis = connect(sentinel_group.url, decode_responses=True)
+    try:
+        fleet = Fleet(redis, fleet_name, min_replicas_timeout=SHORT)
+        assert len(await fleet.enqueue(items(2, "alone"))) == 2  # no replica: no WAIT
+        replica._args = ["--replicaof", primary.host, str(primary.port)]
+        await asyncio.to_thread(replica.start)
+        await asyncio.to_thread(sentinel_group.wait_in_sync)
+        replica.freeze()  # it acknowledges nothing from now on
+        try:
+            with pytest.raises(NotConfirmed) as caught:
+                await fleet.enqueue(items(3, "back"))
+        finally:
+            replica.thaw()
+    finally:
+        await redis.aclose()
+    assert isinstance(caught.value, BatchNotConfirmed) and caught.value.acked == 0
+    assert waits(primary.url) >= 1
 
 
 # ---------------------------------------------------------------------------- a primary and its replica

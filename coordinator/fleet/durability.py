@@ -6,8 +6,11 @@ on the same connection (``WAIT`` counts the replicas that have every write *of i
 the coordinator sends ``WAIT min_replicas_ack timeout_ms``, when the primary has replicas
 connected:
 
-* whether it has any is read with ``ROLE`` on that connection (one round trip, remembered for
-  ``REPLICAS_CACHE_S``; a server that refuses ``ROLE`` is waited on all the same). A standalone
+* whether it has any is read with ``ROLE`` on that connection (one round trip; a count of
+  replicas is remembered for ``REPLICAS_CACHE_S``, "none" never: a replica that comes back
+  within that second would otherwise go unwaited on, and the writes it has not got yet, told
+  the caller as confirmed, die with the primary if it is promoted: the Sentinel chaos run lost
+  7 confirmed items so; a server that refuses ``ROLE`` is waited on all the same). A standalone
   server without replicas is never waited on: ``WAIT`` would block its whole timeout there.
   A primary reached through Sentinel that shows no replicas is waited on all the same unless
   every sentinel that answers names it as the master with no failover in progress: during a
@@ -143,12 +146,13 @@ class Durability:
         return Confirmation(self) if self.min_replicas_ack > 0 else None
 
     async def replicas(self, conn: Any) -> int | None:
-        """Replicas connected to the server of ``conn`` (``ROLE``, remembered for a moment);
-        None when it cannot be told, or when a Sentinel primary without replicas is not the
-        master every sentinel names, or is being failed over (``_named_alone``)."""
+        """Replicas connected to the server of ``conn`` (``ROLE``; a count above 0 remembered
+        for a moment, 0 asked again each time: no replica is what skips ``WAIT``); None when it
+        cannot be told, or when a Sentinel primary without replicas is not the master every
+        sentinel names, or is being failed over (``_named_alone``)."""
         if self._role_refused:
             return None
-        if time.monotonic() - self._seen_at < REPLICAS_CACHE_S:
+        if self._replicas and time.monotonic() - self._seen_at < REPLICAS_CACHE_S:
             return self._replicas
         await conn.send_command("ROLE")
         try:
