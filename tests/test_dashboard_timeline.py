@@ -2,7 +2,8 @@
 
 Fleets made with the real ``Fleet`` API on a Redis of their own: ``orders`` with a hold that
 came and went (``db``), one in force now (``incident``, whose reason is markup), a one-off
-window planned two days ahead (``maint``); ``billing`` with a hold of its own; ``broken``,
+window planned two days ahead (``maint``), a schedule (``nightly``, 02:00 Berlin time);
+``billing`` with a hold of its own; ``broken``,
 whose state hash is not a hash. The fleet page draws ``orders``' lanes as SVG (past spans left
 of the now line, the window right of it, tooltips in <title>, hour ticks, a legend); the
 overview draws every fleet, ``broken`` as unreadable and the others as usual. The SVG is
@@ -74,6 +75,8 @@ def fleets(private_redis: LocalRedis) -> None:
                            starts_at=now_utc() + timedelta(days=2),
                            auto_resume_after=timedelta(hours=6))
         await spread(client, "orders", [20, 16.5, 5, 1])
+        await orders.add_schedule("nightly", "0 2 * * *", timedelta(hours=1), "Europe/Berlin",
+                                  "backups", by="ops")
         await Fleet(client, "billing").pause("ledger close", by="dana", hold="close")
         await Fleet(client, "broken").pause("drill", by="ops")
         await client.delete(Keys("broken").state)
@@ -96,10 +99,17 @@ def test_the_fleet_page_draws_its_holds_past_and_planned_around_the_now_line(
         expect(svg).to_have_count(1, timeout=SLOW)
         expect(svg).to_have_attribute("data-fleet", "orders")
         lanes = page.locator("#timeline g.lane")
-        assert lanes.evaluate_all("ls => ls.map(l => l.dataset.hold)") == ["db", "incident", "maint"]
+        assert lanes.evaluate_all("ls => ls.map(l => l.dataset.hold)") == [
+            "db", "incident", "nightly", "maint"]
         now_x = float(page.locator("#timeline svg.timeline line.now-line").get_attribute("x1") or "nan")
-        spans = {b["hold"]: b for b in boxes(page, "#timeline svg.timeline rect.span")}
+        drawn = boxes(page, "#timeline svg.timeline rect.span")
+        spans = {b["hold"]: b for b in drawn if b["hold"] != "nightly"}
         assert set(spans) == {"db", "incident", "maint"}
+        # the schedule: an occurrence a night for the next 7 days, each right of now
+        nightly = [b for b in drawn if b["hold"] == "nightly"]
+        assert len(nightly) in (7, 8) and all(b["x"] > now_x for b in nightly)
+        assert all(b["kind"] == "schedule" and "0 2 * * * (Europe/Berlin)" in b["title"]
+                   and "why: backups" in b["title"] for b in nightly)
         db, incident, maint = spans["db"], spans["incident"], spans["maint"]
         # the past left of now, the planned window right of it
         assert db["x"] + db["w"] < incident["x"] < now_x and db["kind"] == "hold"
@@ -121,7 +131,7 @@ def test_the_fleet_page_draws_its_holds_past_and_planned_around_the_now_line(
         assert len(hours) >= 6 and all(h.endswith(":00") for h in hours)
         assert page.locator("#timeline text.tick-label.tick-day").count() >= 6
         expect(page.locator("#timeline text.now-label")).to_have_text("now")
-        legend = page.locator("#timeline svg.timeline-legend text.legend-label").all_text_contents()
+        legend = page.locator("#timeline .timeline-legend .legend-label").all_text_contents()
         assert {"hold (from the audit trail)", "one-off window", "schedule occurrence",
                 "now"} <= set(legend)
         page.locator("#timeline-panel").screenshot(path=str(SHOTS / "fleetgate-timeline.png"))
@@ -148,6 +158,7 @@ def test_the_overview_draws_every_fleet_and_one_that_cannot_be_read_says_so(
         billing = boxes(page, '#timelines .timeline-fleet[data-fleet="billing"] rect.span')
         assert [(b["hold"], "by: dana" in b["title"]) for b in billing] == [("close", True)]
         orders = page.locator('#timelines .timeline-fleet[data-fleet="orders"] rect.span')
-        expect(orders).to_have_count(3)
+        expect(orders.and_(page.locator(".kind-hold, .kind-window"))).to_have_count(3)
+        assert page.locator('#timelines .timeline-fleet[data-fleet="orders"] rect.kind-schedule').count() >= 7
         expect(page.locator("#fleets tbody tr")).to_have_count(3)  # the table as usual
         page.locator("#timelines-panel").screenshot(path=str(SHOTS / "fleetgate-timelines.png"))

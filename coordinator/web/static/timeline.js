@@ -15,7 +15,6 @@ window.FG.timeline = (function () {
   const AXIS_H = 30;
   const PAST_SHARE = 0.55; // of the drawing width, for the past
   const CHAR_W = 6.6; // an estimate of one character of the 11px labels (generous: no overflow)
-  const LEGEND_CHAR_W = 6.2;
   const KINDS = {
     hold: "hold (from the audit trail)",
     window: "one-off window",
@@ -96,6 +95,7 @@ window.FG.timeline = (function () {
     const lines = [s.hold + " — " + (KINDS[kind] || kind)];
     if (s.reason) lines.push("why: " + s.reason);
     if (s.by) lines.push("by: " + s.by);
+    if (s.schedule) lines.push("schedule: " + s.schedule);
     if (s.select) lines.push("replicas: " + s.select);
     if (s.canaries) lines.push("canaries: " + canaryText(s.canaries));
     const from = s.start || "before " + iso(left);
@@ -210,26 +210,28 @@ window.FG.timeline = (function () {
     return svg;
   }
 
-  // The legend: one swatch per kind of mark.
+  // The legend: one swatch (a small SVG) per kind of mark, in a list that wraps.
   function legend(extra) {
     const items = [["kind-hold", KINDS.hold], ["kind-window", KINDS.window],
       ["kind-schedule", KINDS.schedule], ["span-rest kind-hold", "in force, until it ends by itself"],
       ["planned kind-window", "planned (ahead of now)"], ["open-mark", "began before / still in force"],
       ["now-line", "now"], ...(extra || [])];
-    const svg = el("svg", { class: "timeline-legend", height: 22 });
-    let x = 0;
+    const list = document.createElement("ul");
+    list.className = "timeline-legend";
     for (const [cls, text] of items) {
-      const g = el("g", { class: "legend-item" });
-      if (cls === "now-line") g.appendChild(el("line", { x1: x + 7, x2: x + 7, y1: 2, y2: 20, class: cls }));
-      else if (cls === "open-mark") g.appendChild(el("path", { d: "M" + x + " 4 l8 7 l-8 7 z", class: cls }));
-      else g.appendChild(el("rect", { x: x, y: 5, width: 18, height: 12, rx: 3, class: "span " + cls }));
-      g.appendChild(el("text", { x: x + 24, y: 15, class: "legend-label" }, text));
-      svg.appendChild(g);
-      x += 34 + text.length * LEGEND_CHAR_W;
+      const li = document.createElement("li");
+      li.className = "legend-item";
+      const svg = el("svg", { width: 20, height: 14, viewBox: "0 0 20 14", "aria-hidden": "true" });
+      if (cls === "now-line") svg.appendChild(el("line", { x1: 10, x2: 10, y1: 0, y2: 14, class: cls }));
+      else if (cls === "open-mark") svg.appendChild(el("path", { d: "M6 1 l8 6 l-8 6 z", class: cls }));
+      else svg.appendChild(el("rect", { x: 1, y: 1, width: 18, height: 12, rx: 3, class: "span " + cls }));
+      const label = document.createElement("span");
+      label.className = "legend-label";
+      label.textContent = text;
+      li.append(svg, label);
+      list.appendChild(li);
     }
-    svg.setAttribute("width", String(Math.ceil(x)));
-    svg.setAttribute("viewBox", "0 0 " + Math.ceil(x) + " 22");
-    return svg;
+    return list;
   }
 
   function unreadable(row) {
