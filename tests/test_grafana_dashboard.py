@@ -42,7 +42,8 @@ REQUIRED = ("fleetgate_fleet_paused", "fleetgate_pool_paused", "fleetgate_fleet_
             "fleetgate_propagation_seconds_bucket", "fleetgate_control_connected",
             "fleetgate_control_fault", "fleetgate_fleet_backlog", "fleetgate_fleet_pending",
             "fleetgate_fleet_oldest_waiting_seconds", "fleetgate_fleet_dead_letters",
-            "fleetgate:fleet_schedulable_backlog", "fleetgate_webhook_failures_total")
+            "fleetgate:fleet_schedulable_backlog", "fleetgate_webhook_failures_total",
+            "fleetgate_fleet_backlog_limit")
 _KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left",
              "group_right", "bool", "offset", "inf", "nan"}
 
@@ -184,6 +185,29 @@ def test_the_dashboard_shows_every_signal_the_issue_asks_for() -> None:
     assert [name for name in REQUIRED if name not in used] == []
 
 
+def test_the_backlog_panel_draws_the_limit_beside_the_work_it_bounds() -> None:
+    """Issue 21: "backlog and its limit" in one panel: the limit (no series without one) and
+    the work it bounds (waiting plus pending), the limit drawn apart (dashed)."""
+    panels = [p for p in _all_panels(dashboard()["panels"]) if p["title"] == "Backlog"
+              and p["type"] == "timeseries"]
+    assert len(panels) == 1
+    panel = panels[0]
+    named = {ref: metric_names(expr) for ref, expr in
+             ((t["refId"], t["expr"]) for t in panel["targets"])}
+    limit = [ref for ref, names in named.items() if names == {"fleetgate_fleet_backlog_limit"}]
+    bounded = [ref for ref, names in named.items()
+               if names == {"fleetgate_fleet_backlog", "fleetgate_fleet_pending"}]
+    assert len(limit) == 1 and len(bounded) == 1, named
+    legend = next(t["legendFormat"] for t in panel["targets"] if t["refId"] == limit[0])
+    override = panel["fieldConfig"]["overrides"][0]
+    assert re.fullmatch(override["matcher"]["options"], legend.replace("{{fleet}}", "orders"))
+    assert any(p["id"] == "custom.lineStyle" for p in override["properties"])
+
+
+def _all_panels(panels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [q for p in panels for q in [p, *_all_panels(p.get("panels", []))]]
+
+
 def test_every_expression_of_the_dashboard_parses_with_promtool(tmp_path: Path) -> None:
     exprs = [substituted(expr) for _, expr in expressions(dashboard())]
     assert [e for e in exprs if "$" in e] == []  # every variable has a stand-in
@@ -218,7 +242,9 @@ async def test_every_metric_the_dashboard_names_is_exported_by_the_code(
 ) -> None:
     client = aioredis.Redis.from_url(own_redis, decode_responses=True)
     try:  # a paused fleet, so its labelled series have samples too
-        await Fleet(client, fleet_name, min_replicas_ack=0).pause("grafana", by="test")
+        fleet = Fleet(client, fleet_name, min_replicas_ack=0)
+        await fleet.pause("grafana", by="test")
+        await fleet.set_limit(1000, by="test")  # the limit's series has a sample too
     finally:
         await client.aclose()
     exported = (exposed_names(await scrape_coordinator(own_redis, fleet_name))
