@@ -63,11 +63,12 @@ class SwitchWatch:
             now = await asyncio.to_thread(self.ha.named_primary)
             current = self.moving()
             self.polls += 1
-            if current != generation or current % 2:  # a scheduled one: its own window
-                generation = current
-                known = now if now is not None else known
+            if now is None:  # not told this time: the next poll judges (generation kept)
                 continue
-            if now is None or now == known:
+            if current != generation or current % 2:  # a scheduled one: its own window
+                generation, known = current, now
+                continue
+            if now == known:
                 continue
             if known is not None:
                 await self._window(known, now)
