@@ -192,12 +192,12 @@ async def _size(url: str, admin: aioredis.Redis, size: int) -> dict[str, Any]:
                 raw_time = await raw.round()
                 await asyncio.sleep(SETTLE_S)
                 t0 = time.perf_counter()
-                state = await fleet.pause("bench", by="bench")
+                state = await fleet.pause("bench", by="bench", for_wait=True)
                 report = await fleet.wait(state.version, timeout=60)
                 ack_time = (time.perf_counter() - t0) * 1000
                 if not report.ok or len(report.replicas) != size:
                     raise RuntimeError(f"pause not acknowledged by all {size}")
-                if not (await fleet.wait((await fleet.resume(by="bench")).version, 60)).ok:
+                if not (await fleet.wait((await fleet.resume(by="bench", for_wait=True)).version, 60)).ok:
                     raise RuntimeError("resume not acknowledged")
                 if r >= WARMUP:
                     raw_times.append(raw_time)

@@ -49,13 +49,13 @@ async def _in_sync(primary: aioredis.Redis, timeout: float = 20.0) -> None:
 async def _round(fleet: Fleet) -> tuple[float, float]:
     """(ms to pause() returning, ms to every controller applied and quiet); then resumes."""
     t0 = time.perf_counter()
-    state = await fleet.pause("bench", by="bench")
+    state = await fleet.pause("bench", by="bench", for_wait=True)
     changed = time.perf_counter()
     report = await fleet.wait(state.version, timeout=60)
     done = time.perf_counter()
     if not report.ok or len(report.replicas) != SIZE:
         raise RuntimeError(f"pause not acknowledged by all {SIZE}: {report.stragglers[:3]}")
-    resumed = await fleet.resume(by="bench")
+    resumed = await fleet.resume(by="bench", for_wait=True)
     if not (await fleet.wait(resumed.version, timeout=60)).ok:
         raise RuntimeError("resume not acknowledged")
     return (changed - t0) * 1000, (done - t0) * 1000

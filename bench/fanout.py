@@ -104,7 +104,7 @@ async def _pause_rounds(
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        state = await fleet.pause("bench", by="bench")
+        state = await fleet.pause("bench", by="bench", for_wait=True)
         report = await fleet.wait(state.version, timeout=60)
         elapsed = (time.perf_counter() - t0) * 1000
         if not report.ok or len(report.replicas) != size:
@@ -112,7 +112,7 @@ async def _pause_rounds(
         times.append(elapsed)
         if applied is not None:
             applied.append(1000 * max(r.applied_after_s or 0.0 for r in report.replicas))
-        resumed = await fleet.resume(by="bench")
+        resumed = await fleet.resume(by="bench", for_wait=True)
         if not (await fleet.wait(resumed.version, timeout=60)).ok:
             raise RuntimeError("resume not acknowledged")
     return times

@@ -1195,7 +1195,8 @@ async def test_a_real_pause_and_resume_reach_real_replicas_with_nothing_refused(
 ) -> None:
     fleet = fleet_of_coordinator
     async with replicas(server.url(replica_user(fleet.name)), fleet.name, 2) as kit:
-        state = await fleet.pause("acl test", by="tester")
+        # for_wait: the replicas set read in the change's MULTI/EXEC, under the ACL too
+        state = await fleet.pause("acl test", by="tester", for_wait=True)
         report = await fleet.wait(state.version, timeout=FLOW_TIMEOUT_S)
         assert report.ok, report
         state = await fleet.resume(by="tester", reason="acl test done")

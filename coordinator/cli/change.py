@@ -108,7 +108,7 @@ def pause(
         started = now_utc()  # nothing read before a pause: a hung Redis is exit 5, not 1
         state, report = await changing.change_then_wait(fleet, progress, wait, lambda: fleet.pause(
             reason, by=by_name, expected_for=span, auto_resume_after=span if auto_resume else None,
-            hold=hold, starts_at=starts_at, reschedule=reschedule,
+            hold=hold, starts_at=starts_at, reschedule=reschedule, for_wait=wait,
         ))
         return state, report, True, await render.describe_change(
             fleet, "pause", hold, started, state)
@@ -169,7 +169,7 @@ def resume(
     ) -> tuple[FleetState, WaitReport | None, bool, render.HoldChange]:
         before = await fleet.state()
         state, report = await changing.change_then_wait(fleet, progress, wait, lambda: fleet.resume(
-            by=by_name, stagger=spread, reason=reason, hold=hold, all=all_holds
+            by=by_name, stagger=spread, reason=reason, hold=hold, all=all_holds, for_wait=wait
         ))
         change = render.hold_change("resume", hold, before, state)
         return state, report, change.event != "noop", change

@@ -179,7 +179,8 @@ class Demo(DemoProcesses):
 
             # -- pause mid-run (hold db), wait until every replica is quiet
             t0 = time.monotonic()
-            state = await fleet.pause("demo: database maintenance", by="demo-dba", hold="db")
+            state = await fleet.pause("demo: database maintenance", by="demo-dba", hold="db",
+                                      for_wait=True)
             report = await fleet.wait(state.version, timeout=20.0)
             t_quiet = time.monotonic()
             result.stragglers += [r.id for r in report.stragglers]
@@ -195,7 +196,7 @@ class Demo(DemoProcesses):
 
             # -- a second team pauses too (hold payments): the holds overlap
             state = await fleet.pause("demo: payments incident", by="demo-oncall",
-                                      hold="payments")
+                                      hold="payments", for_wait=True)
             second = await fleet.wait(state.version, timeout=20.0)
             result.stragglers += [r.id for r in second.stragglers]
             self.console.print(f"fleet paused by holds {_holds(state)}")
@@ -205,7 +206,7 @@ class Demo(DemoProcesses):
             await asyncio.sleep(HOLD_SECONDS)
 
             # -- the first team is done: release db; payments still holds every replica
-            state = await fleet.resume(by="demo-dba", hold="db")
+            state = await fleet.resume(by="demo-dba", hold="db", for_wait=True)
             released = await fleet.wait(state.version, timeout=20.0)
             result.stragglers += [r.id for r in released.stragglers]
             records = await fleet.replicas()
@@ -232,7 +233,7 @@ class Demo(DemoProcesses):
 
             # -- release the last hold (payments): the fleet resumes; finish
             t1 = time.monotonic()
-            state = await fleet.resume(by="demo-oncall", hold="payments")
+            state = await fleet.resume(by="demo-oncall", hold="payments", for_wait=True)
             self.console.print(f"released hold payments: fleet "
                                f"{'paused' if state.paused else 'running'} (v{state.version})")
             resumed = await fleet.wait(state.version, timeout=20.0)

@@ -12,6 +12,11 @@ checked before anything goes out, so that two failures are told apart:
 * the script was sent and no answer came (the reply timed out, the connection dropped while
   waiting): ``OutcomeUnknown``. The change may have been applied; read the state to know. It is
   not sent again: a pause sent twice bumps the version twice, and the caller must decide.
+
+A change may carry a read made with it (``read=``): the read and the script go in one
+``MULTI``/``EXEC`` on that connection, so the read sees Redis as it was at the change, in the
+change's round trip (``wait``'s membership at the change, read only when a caller waits).
+A command refused while queued (``MOVED``, ``NOPERM``) aborts the ``EXEC``: nothing ran.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from replica.control.connect import NotServedHere, pool_for
@@ -70,13 +75,19 @@ class ChangeScript:
         args: Sequence[str],
         what: str,
         then: Callable[[Any], Awaitable[None]] | None = None,
+        read: Sequence[Any] | None = None,
     ) -> Any:
         """The script's reply. ``what`` names the change in an error ("pause of fleet x").
         ``then(connection)`` runs after the reply, on the connection the script ran on (a
-        ``WAIT`` for replicas: ``coordinator.fleet.durability``); it must not raise."""
+        ``WAIT`` for replicas: ``coordinator.fleet.durability``); it must not raise.
+
+        With ``read`` (a read-only command of the script's slot), the pair ``(read's reply,
+        script's reply)``: the read runs just before the script, in one ``MULTI``/``EXEC``;
+        its reply is a ``ResponseError`` when Redis refused it at run time (``WRONGTYPE``)."""
         for attempt in range(2):
             try:
-                return await uncancelled(self._send(list(keys), list(args), what, then))
+                return await uncancelled(
+                    self._send(list(keys), list(args), what, then, read))
             except _NotSent as exc:
                 if attempt:
                     raise exc.cause from None
@@ -90,17 +101,28 @@ class ChangeScript:
         args: list[str],
         what: str,
         then: Callable[[Any], Awaitable[None]] | None,
+        read: Sequence[Any] | None = None,
     ) -> Any:
         pool = pool_for(self._redis, keys[0]) if keys else self._redis.connection_pool
         conn = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
             await _alive(conn)
             command = ("EVALSHA", self._script.sha, len(keys), *keys, *args)
-            try:
-                reply = await _request(conn, command, what)
-            except NoScriptError:
-                await _request(conn, ("SCRIPT", "LOAD", self._script.script), what, load=True)
-                reply = await _request(conn, command, what)
+            load = ("SCRIPT", "LOAD", self._script.script)
+            reply: Any
+            if read is not None:
+                reply = await _transaction(conn, tuple(read), command, what)
+                if isinstance(reply[1], NoScriptError):  # nothing ran but the read
+                    await _request(conn, load, what, load=True)
+                    reply = await _transaction(conn, tuple(read), command, what)
+                if isinstance(reply[1], ResponseError):
+                    raise reply[1]
+            else:
+                try:
+                    reply = await _request(conn, command, what)
+                except NoScriptError:
+                    await _request(conn, load, what, load=True)
+                    reply = await _request(conn, command, what)
             if then is not None:
                 await then(conn)
             return reply
@@ -144,6 +166,43 @@ async def _request(conn: Any, command: tuple[Any, ...], what: str, *, load: bool
         if load:
             raise
         raise OutcomeUnknown(_unknown(what, exc)) from exc
+
+
+async def _transaction(
+    conn: Any, read: tuple[Any, ...], command: tuple[Any, ...], what: str
+) -> tuple[Any, Any]:
+    """``read`` then ``command`` in one ``MULTI``/``EXEC`` on ``conn``, sent in one write:
+    their two replies (each may be a ``ResponseError`` Redis answered at run time). Lost
+    answers are ``OutcomeUnknown``, as for a script alone; a command refused while queued
+    (``NotServedHere``: ``MOVED``; ``NOPERM``) aborts the ``EXEC``, so nothing ran."""
+    try:
+        await conn.send_packed_command(conn.pack_commands([("MULTI",), read, command, ("EXEC",)]))
+    except RedisTimeoutError as exc:
+        raise OutcomeUnknown(_unknown(what, exc)) from exc
+    except (RedisConnectionError, OSError) as exc:
+        raise _NotSent(exc) from exc
+    refused: ResponseError | None = None
+    try:
+        for _ in range(3):  # OK, QUEUED, QUEUED
+            try:
+                await conn.read_response()
+            except NotServedHere as exc:  # dropped the connection; EXEC would abort
+                raise _NotSent(exc) from exc
+            except ResponseError as exc:
+                refused = refused or exc
+        try:
+            replies = await conn.read_response()
+        except ResponseError as exc:  # EXECABORT: a queued command was refused
+            raise (refused or exc) from None
+    except _LOST as exc:
+        raise OutcomeUnknown(_unknown(what, exc)) from exc
+    if not isinstance(replies, list) or len(replies) != 2:
+        raise ResponseError(f"the {what}: EXEC answered {replies!r}")
+    if isinstance(replies[1], ReadOnlyError):
+        # a demoted primary (Sentinel): the script wrote nothing; ask the new one
+        await conn.disconnect()
+        raise _NotSent(NotServedHere(f"the master was demoted ({replies[1]})"))
+    return replies[0], replies[1]
 
 
 def _unknown(what: str, exc: BaseException) -> str:

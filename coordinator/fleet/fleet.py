@@ -141,6 +141,7 @@ class Fleet:
         hold: str | None = None,
         starts_at: datetime | None = None,
         reschedule: bool = False,
+        for_wait: bool = False,
     ) -> FleetState:
         """Add or update the fleet hold ``hold`` (``default`` when None): the fleet is paused
         while any hold is active. Updating an active hold keeps its ``since``. ``reason`` and
@@ -155,12 +156,18 @@ class Fleet:
         Scheduling a hold that is active now for later ends it now: refused
         (``ActiveHoldConflict``, kind ``active``, nothing changed) unless ``reschedule``; then,
         when it was the last active hold, the fleet resumes and the change is audited as the
-        ``resume`` it is."""
+        ``resume`` it is.
+
+        ``for_wait=True`` when a ``wait()`` on this version follows: the change reads the
+        ``replicas`` set with it (just before it, in one ``MULTI``/``EXEC``: no round trip
+        added), so the wait starts from the membership at the change and names a replica that
+        stops cleanly meanwhile as having left. Without it the change reads no member (it costs
+        the same at any fleet size) and ``wait`` reads the set itself, after the change."""
         with change_span(self._name, "pause", hold or DEFAULT_HOLD, by) as traced:
             try:
                 state = await self._changes.pause(
                     reason, by, expected_for, auto_resume_after, resume_stagger, hold,
-                    starts_at, reschedule,
+                    starts_at, reschedule, for_wait,
                 )
             except NotConfirmed as exc:  # made: the span says what, and that it is unconfirmed
                 made(traced, exc.state)
@@ -177,6 +184,7 @@ class Fleet:
         reason: str | None = None,
         hold: str | None = None,
         all: bool = False,
+        for_wait: bool = False,
     ) -> FleetState:
         """Release the fleet hold ``hold``; without one, the only hold there is; with
         ``all=True``, every hold. A resume without a hold name while the fleet has several
@@ -185,10 +193,11 @@ class Fleet:
         (kind ``unknown``). Releasing a scheduled hold cancels it. When the last active hold
         goes, the fleet resumes; with ``stagger`` each replica waits an offset derived from
         its id, spread evenly over that window. ``reason`` (optional) goes to the audit trail.
-        Resuming a fleet without holds changes nothing and returns the state."""
+        Resuming a fleet without holds changes nothing and returns the state. ``for_wait``: as
+        for ``pause()``."""
         with change_span(self._name, "resume", "*" if all else hold, by) as traced:
             try:
-                state = await self._changes.resume(by, stagger, reason, hold, all)
+                state = await self._changes.resume(by, stagger, reason, hold, all, for_wait)
             except NotConfirmed as exc:
                 made(traced, exc.state)
                 traced.outcome = "not_confirmed"

@@ -120,7 +120,7 @@ def parse_members(pairs: Iterable[tuple[Any, Any]]) -> Members:
     return Members(scores, bad)
 
 
-def _flat(raw: Any) -> list[Any]:
+def flat_reply(raw: Any) -> list[Any]:
     """A ``ZRANGE ... WITHSCORES`` reply as a flat list (RESP3 answers pairs)."""
     items = list(raw or [])
     if items and isinstance(items[0], (list, tuple)):
@@ -170,7 +170,7 @@ class Reads:
     async def members(self) -> Members:
         raw: Any = await again(lambda: self._redis.execute_command(  # type: ignore[no-untyped-call]
             "ZRANGE", self._keys.replicas, 0, -1, "WITHSCORES", **{NEVER_DECODE: True}))
-        return parse_flat_members(_flat(raw))
+        return parse_flat_members(flat_reply(raw))
 
     async def snapshot(self) -> Snapshot:
         """The state and the members in one round trip."""
@@ -190,7 +190,7 @@ class Reads:
                 if attempt:
                     raise
         return Snapshot(FleetState.from_hash(self._name, raw_state),
-                        parse_flat_members(_flat(raw_members)), restored_at(raw_state or {}))
+                        parse_flat_members(flat_reply(raw_members)), restored_at(raw_state or {}))
 
     async def records(self, ids: Sequence[str], fields: Sequence[str]) -> list[list[Any] | None]:
         """The records of ``ids`` (checked ids: HMGET of ``fields``, or HGETALL when empty), in

@@ -16,8 +16,10 @@ that read records anyway (``wait`` subscribing for itself reads every record at 
 A listening ``Fleet`` whose replicas all acknowledge in time reads no record at all (the fast
 path, no round trip added): there an acknowledgement is taken as it comes.
 
-Who is waited for: every replica live at the change, from the snapshot ``wait`` takes (the
-``replicas`` set that ``pause()``/``resume()`` returned, or one read), judged by each one's
+Who is waited for: every replica live at the change, from the snapshot ``wait`` takes: the
+``replicas`` set as ``pause(for_wait=True)`` read it with the change (its membership then: one
+that stops cleanly right after is named as having left), else one read of the set (none when
+the change's script, which counts but never lists it, counted 0), judged by each one's
 record at its first read: its heartbeat was not stale at the change. Once waited for, a replica
 is let go only when it left: a clean stop removed both its record and its member (``GONE``,
 listed in ``excused``), seen in one read of the set with the state, while Redis has not lost
@@ -53,7 +55,7 @@ from coordinator.fleet.models import (
     Excused,
     WaitReport,
 )
-from coordinator.fleet.reads import Reads, Snapshot
+from coordinator.fleet.reads import Members, Reads, Snapshot
 from replica.contract import (
     RECORD_TTL_HEARTBEATS,
     STALE_HEARTBEATS,
@@ -124,8 +126,13 @@ class _Run:
                 own = sub = await subscribe_acks(self.w.redis, self.w.keys, deadline)
             if last is not None and last.state.version == self.version and \
                     time.monotonic() - last.at < 1.0:
-                # from pause()/resume()
-                snapshot = Snapshot(last.state, last.members, last.restored_at)
+                # from pause()/resume(): the state as written, the members as read with it
+                members = last.members
+                if members is None:  # not read with the change (no for_wait): read once now
+                    members = Members({}) if last.registered == 0 else \
+                        await self.w.reads.members()
+                    self.w.reads.noted(members.unreadable)
+                snapshot = Snapshot(last.state, members, last.restored_at)
             else:
                 snapshot = await self.w.reads.snapshot()
             await self._start(snapshot, listening_before=own is None)

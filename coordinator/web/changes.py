@@ -139,7 +139,7 @@ async def pause_outcome(
                                body.reason, by=by, expected_for=window,
                                auto_resume_after=window if body.auto_resume else None,
                                hold=body.hold, starts_at=body.starts_at,
-                               reschedule=body.reschedule))
+                               reschedule=body.reschedule, for_wait=body.wait))
 
 
 async def resume_outcome(
@@ -151,7 +151,8 @@ async def resume_outcome(
     stagger = None if body.stagger_seconds is None else timedelta(seconds=body.stagger_seconds)
     return await _recorded(fleet, "resume", body.hold, body.wait, body.timeout, max_wait,
                            lambda: fleet.resume(by=by, stagger=stagger, reason=body.reason,
-                                                hold=body.hold, all=body.all_))
+                                                hold=body.hold, all=body.all_,
+                                                for_wait=body.wait))
 
 
 async def _recorded(

@@ -27,13 +27,17 @@
 -- active holds', when each has one) describe the fleet as a whole, for readers of `paused` only.
 --
 -- Returns {"missing"} when the hash is gone while replicas are registered (Redis forgot:
--- restore from the replica records first); {"noop", {field, value, ...}, {id, score, ...}, "",
+-- restore from the replica records first); {"noop", {field, value, ...}, count, "",
 -- {warnings}} for a resume that releases nothing (it writes nothing); {"ambiguous", {names}} for a resume without a hold name
 -- while there are several holds; {"unknown", {names}} for a resume of a hold there is not;
 -- {"too_many", {names}} for a pause that would add a hold past ARGV[15]; {"active", {names}}
 -- for a pause that would move an active hold to a later start without ARGV[17]; and
--- {"ok", {field, value, ...}, {id, score, ...}, audit action, {warnings}} after a change: the
--- new state and the registered replicas with their heartbeats. A warning is
+-- {"ok", {field, value, ...}, count, audit action, {warnings}} after a change: the new state
+-- and how many replicas are registered (ZCARD of KEYS[4], after the prune; 0 when it is not a
+-- sorted set). The script never lists the replicas: a change costs the same at 10 replicas
+-- and at 5,000 (only the prune is O(log N + removed)). A caller that waits for the change
+-- reads the set with it, just before the script in the same MULTI/EXEC (the membership at
+-- the change: a replica that leaves meanwhile is named as having left). A warning is
 -- "replicas_wrongtype:<type>" when KEYS[4] is not a sorted set (skipped: no replicas read). The audit action is "pause" (the fleet was
 -- running) or "resume" (it runs now: also a pause that moved the last active hold to a later
 -- start), else "hold_added", "hold_updated", "hold_released",
@@ -96,9 +100,9 @@ if type(replicas_type) == 'table' then replicas_type = replicas_type['ok'] end
 local replicas_ok = replicas_type == 'zset' or replicas_type == 'none'
 if not replicas_ok then warnings[#warnings + 1] = 'replicas_wrongtype:' .. tostring(replicas_type) end
 
-local function members()
-  if not replicas_ok then return {} end
-  return redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+local function count()
+  if not replicas_ok then return 0 end
+  return redis.call('ZCARD', KEYS[4])
 end
 
 if #cur == 0 and ARGV[10] ~= '1' and replicas_ok and redis.call('ZCARD', KEYS[4]) > 0 then
@@ -190,11 +194,11 @@ if action == 'pause' then
 elseif action == 'resume' then
   local released = nil
   if ARGV[13] == '1' then
-    if #names == 0 then return {'noop', cur, members(), '', warnings} end
+    if #names == 0 then return {'noop', cur, count(), '', warnings} end
     holds = {}
     name = table.concat(names, ',')
   elseif name == '' then
-    if #names == 0 then return {'noop', cur, members(), '', warnings} end
+    if #names == 0 then return {'noop', cur, count(), '', warnings} end
     if #names > 1 then return {'ambiguous', names} end
     name = names[1]
     released = holds[name]
@@ -293,4 +297,4 @@ if ARGV[16] == '1' then
 else
   redis.call('PUBLISH', KEYS[3], message)
 end
-return {'ok', flat(new), members(), event, warnings}
+return {'ok', flat(new), count(), event, warnings}
