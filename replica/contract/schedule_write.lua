@@ -25,7 +25,13 @@ if op == 'add' then
   local holds_raw = redis.call('HGET', KEYS[2], 'holds')
   if holds_raw then
     local ok, holds = pcall(cjson.decode, holds_raw)
-    if ok and type(holds) == 'table' and holds[name] ~= nil then return {'clash'} end
+    local hold = ok and type(holds) == 'table' and holds[name] or nil
+    -- a hold of that name that has not ended (one that ended by its auto_resume_at stays in
+    -- the hash until the next change, and is no clash)
+    if type(hold) == 'table' then
+      local ends = hold.auto_resume_at
+      if type(ends) ~= 'string' or ends == '' or ends > ARGV[4] then return {'clash'} end
+    end
   end
   local exists = redis.call('HEXISTS', KEYS[1], name) == 1
   if not exists and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[7]) then
