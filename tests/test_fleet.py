@@ -181,6 +181,10 @@ async def test_wait_names_a_replica_whose_item_outlasts_the_pause_as_still_in_fl
             busy.pool.put_nowait("long job")
             await started.wait()
             state = await fleet.pause("drain", by="t")
+            # every record says what it will say at the wait's end (the two quiet, the busy one
+            # not): a short wait then reports it however loaded the machine
+            await until(lambda: _all_records_at(redis, fleet_name, state.version, 3))
+            await until(lambda: _quiet(redis, fleet_name, ["pod-0", "pod-1"]))
             report = await fleet.wait(state.version, timeout=1.0)
             assert not report.ok
             (straggler,) = report.stragglers
@@ -218,6 +222,11 @@ async def _all_records_at(redis: aioredis.Redis, fleet: str, version: int, n: in
     ids = await redis.zrange(keys.replicas, 0, -1)
     versions = [await redis.hget(keys.replica(i), "applied_version") for i in ids]
     return len(ids) == n and all(v == str(version) for v in versions)
+
+
+async def _quiet(redis: aioredis.Redis, fleet: str, ids: list[str]) -> bool:
+    keys = Keys(fleet)
+    return all([await redis.hget(keys.replica(i), "quiet") == "1" for i in ids])
 
 
 async def test_wait_falls_back_to_polling_records_when_no_ack_comes(
