@@ -405,8 +405,9 @@ async def test_pool_readiness_and_metrics_name_the_fleet_hold(
             await asyncio.wait_for(replica.pool.wait_for(False), 15)
             text = (await http.get("/metrics")).text
             assert 'fleetgate_pool_paused{reason="fleet:db"} 0.0' in text  # stays, at 0
-            record = await redis.hgetall(Keys(fleet_name).replica("pod-0"))
-            assert record["fleet_held"] == "0"
+            # the pool resumes before the record saying so reaches Redis: wait for the record
+            await until(lambda: _field_is(redis, Keys(fleet_name).replica("pod-0"),
+                                          "fleet_held", "0"))
 
 
 def test_fleet_hold_series_are_bounded_by_max_holds() -> None:
@@ -462,3 +463,7 @@ async def test_three_replica_processes_follow_a_window_with_no_coordinator(
 
 async def _registered(redis: aioredis.Redis, fleet: str, ids: set[str]) -> bool:
     return ids <= set(await redis.zrange(Keys(fleet).replicas, 0, -1))
+
+
+async def _field_is(redis: aioredis.Redis, key: str, field: str, value: str) -> bool:
+    return bool(await redis.hget(key, field) == value)
