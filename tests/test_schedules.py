@@ -270,3 +270,12 @@ def test_status_shows_each_schedules_next_occurrence_and_one_in_force(
     by_name = {s["name"]: s for s in body["schedules"]}
     assert by_name["freeze"]["active"] is True and by_name["backup"]["active"] is False
     assert len(by_name["backup"]["next"]) == 3
+
+
+def test_a_pause_with_a_schedules_name_is_refused(
+    capsys: pytest.CaptureFixture[str], cli_env: str, sync_redis: syncredis.Redis,
+) -> None:
+    assert run(capsys, *ADD)[0] == 0
+    line = refused(capsys, "pause", "--hold", "backup", "--reason", "x")
+    assert "has a schedule named backup" in line
+    assert not sync_redis.exists(Keys(cli_env).state)

@@ -163,6 +163,8 @@ class Fleet:
         added), so the wait starts from the membership at the change and names a replica that
         stops cleanly meanwhile as having left. Without it the change reads no member (it costs
         the same at any fleet size) and ``wait`` reads the set itself, after the change."""
+        if hold is not None:  # a schedule's name is its own (ScheduleConflict, kind clash)
+            await self._schedules.refuse_hold_named_as_schedule(hold)
         with change_span(self._name, "pause", hold or DEFAULT_HOLD, by) as traced:
             try:
                 state = await self._changes.pause(

@@ -112,6 +112,16 @@ class Schedules:
                  schedule.duration_s, timezone)
         return schedule
 
+    async def refuse_hold_named_as_schedule(self, hold: str) -> None:
+        """Raise ``ScheduleConflict`` (kind ``clash``) when ``hold`` is a schedule's name: a
+        pause may not add a hold that shares it (checked before the change; the schedule's
+        own script checks the other way atomically)."""
+        if await again(lambda: self._redis.hexists(self._keys.schedules, hold)):
+            raise ScheduleConflict("clash", self._name, hold,
+                                   f"fleet {self._name} has a schedule named {hold}: a hold "
+                                   "must have a name of its own (pick another --hold, or "
+                                   f"'fleetgate resume --hold {hold}' ends its occurrence)")
+
     async def remove(self, name: str, by: str, reason: str = "") -> None:
         """Remove the schedule ``name`` (an occurrence in force ends on every replica).
         Raises ``ScheduleConflict`` (``unknown``) when there is none."""
