@@ -5,7 +5,8 @@ Whatever comes from Redis is printed as text: the tables get it through ``coordi
 (markup escaped, control characters shown as escapes); the JSON keeps it whole but escapes
 every character a terminal could act on; a failure line is made printable as a whole.
 
-Rich is loaded by the first table printed, not on import: ``fleetgate --help`` needs none.
+Rich is loaded by the first table printed, not on import: ``fleetgate --help`` needs none, and
+``show`` prints ``fleetgate status`` into a pipe or a file without it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,23 @@ def console() -> Console:
     from rich.console import Console
 
     return Console(width=None if sys.stdout.isatty() else 200, soft_wrap=False)
+
+
+def show(renderable: Any) -> None:
+    """Print ``renderable`` (``coordinator.render``'s) as ``console().print`` does: without rich
+    when the output is no terminal and nothing asks rich for one (``FORCE_COLOR``,
+    ``TTY_COMPATIBLE``) and ``coordinator.render.ink`` makes the same text; else through rich."""
+    import os
+
+    from coordinator.render.ink import plain
+
+    if not sys.stdout.isatty() and "FORCE_COLOR" not in os.environ \
+            and os.environ.get("TTY_COMPATIBLE", "") in ("", "0"):
+        text = plain(renderable)
+        if text is not None:
+            sys.stdout.write(text)
+            return
+    console().print(renderable)
 
 
 def json_text(data: Any, *, compact: bool = False) -> str:
@@ -68,4 +86,4 @@ def fail(message: str, code: int) -> int:
     return code
 
 
-__all__ = ["console", "emit_json", "fail", "json_text", "plain"]
+__all__ = ["console", "emit_json", "fail", "json_text", "plain", "show"]

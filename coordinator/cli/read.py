@@ -25,13 +25,12 @@ import typer
 from coordinator import render  # lazy: its modules load on first use
 from coordinator.cli.exits import EXIT_OK, EXIT_UNKNOWN_FLEET, CliError
 from coordinator.cli.options import FleetOption, Globals, JsonOption, UrlOption
-from coordinator.cli.output import console, emit_json
+from coordinator.cli.output import console, emit_json, show
 
 if TYPE_CHECKING:
-    from rich.console import RenderableType
-
     from coordinator.fleet.fleet import Fleet
     from coordinator.fleet.models import AuditEvent, FleetStatus
+    from coordinator.render.ink import RenderableType
 
 
 def status(
@@ -93,7 +92,7 @@ def status(
         if json_out:
             emit_json(as_json(st))
         else:
-            console().print(as_text(st))
+            show(as_text(st))
         return
 
     async def watch_loop(fleet: Fleet) -> None:

@@ -19,11 +19,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from rich.text import Text
-
 from coordinator.durations import format_age
 from coordinator.fleet.models import ReplicaInfo
 from coordinator.fleet.schedule import holds_dict, state_dict
+from coordinator.render.ink import Text
 from coordinator.render.text import printable
 from replica.contract import FleetState, format_time
 from replica.contract.holds import ACTIVE, SCHEDULED, Hold

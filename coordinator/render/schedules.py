@@ -18,8 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from rich.text import Text
-
+from coordinator.render.ink import Text
 from coordinator.render.text import printable
 from replica.contract import format_time
 from replica.contract.recurrence import Occurrence, zone

@@ -8,10 +8,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
-
 from coordinator.durations import format_age
 from coordinator.fleet.backlog import Backlog
 from coordinator.fleet.models import FleetStatus, ReplicaInfo
@@ -31,6 +27,7 @@ from coordinator.fleet.summary import (
     unacknowledged,
 )
 from coordinator.render.holds import add_holding, holds_text, state_dict
+from coordinator.render.ink import Group, RenderableType, Table, Text
 from coordinator.render.text import cell, printable, short_age
 from replica.contract import FleetState, format_time, now_utc
 from replica.contract.selectors import format_labels

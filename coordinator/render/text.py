@@ -5,9 +5,8 @@ with sub-second precision where it matters.
 
 from __future__ import annotations
 
-from rich.text import Text
-
 from coordinator.durations import format_age
+from coordinator.render.ink import Text
 
 
 def printable(value: object) -> str:
