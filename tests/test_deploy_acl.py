@@ -499,6 +499,21 @@ def test_the_replica_can_read_the_state_hash(
     assert replica.exists(key(fleet, "state")) == 1
 
 
+def test_the_replica_can_read_the_schedules_but_not_write_them(
+    replica: redis.Redis, coordinator: redis.Redis, fleet: str
+) -> None:
+    """Every poll reads fleetgate:{F}:schedules (issue 22: a replica that cannot read it holds);
+    only coordinators write it."""
+    coordinator.hset(key(fleet, "schedules"), "backup", '{"cron": "0 2 * * SUN"}')
+    assert replica.hgetall(key(fleet, "schedules")) == {"backup": '{"cron": "0 2 * * SUN"}'}
+    assert replica.type(key(fleet, "schedules")) == "hash"
+    for write in (lambda: replica.hset(key(fleet, "schedules"), "x", "{}"),
+                  lambda: replica.hdel(key(fleet, "schedules"), "backup"),
+                  lambda: replica.delete(key(fleet, "schedules"))):
+        assert isinstance(_denied(write), redis.exceptions.NoPermissionError)
+    assert coordinator.hlen(key(fleet, "schedules")) == 1
+
+
 def test_the_replica_can_maintain_its_own_record_and_registration(
     replica: redis.Redis, coordinator: redis.Redis, fleet: str
 ) -> None:
@@ -535,13 +550,15 @@ def test_the_replica_poll_pipeline_is_allowed(
     record = key(fleet, "replica:pod-1")
     pipe = replica.pipeline(transaction=transaction)
     pipe.hgetall(key(fleet, "state"))
+    pipe.hgetall(key(fleet, "schedules"))
     pipe.zrangebyscore(key(fleet, "replicas"), 0, "+inf")
     pipe.hset(record, mapping={"applied_version": "3", "state": "running"})
     pipe.pexpire(record, 15_000)
     pipe.zadd(key(fleet, "replicas"), {"pod-1": 1_700_000_000})
     pipe.publish(key(fleet, "acks"), '{"replica": "pod-1", "version": 3}')
-    state, peers, _hset, expired, _zadd, _receivers = pipe.execute()
+    state, schedules, peers, _hset, expired, _zadd, _receivers = pipe.execute()
     assert state == {"paused": "0", "version": "3"}
+    assert schedules == {}
     assert peers == []
     assert expired is True
     # Deregistration at shutdown.
