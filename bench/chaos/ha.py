@@ -3,14 +3,15 @@
 ``--topology sentinel``: a ``bench.topology.SentinelGroup`` (a primary, a replica, three
 sentinels); ``--topology cluster``: a ``bench.topology.Cluster`` (three primaries, three
 replicas). The fleet's keys share one slot (``{fleet}``), so "the primary" is the one serving
-the fleet. The data nodes keep nothing on disk (as the suite's): a node killed comes back empty,
-as a replica of the primary of the moment, and syncs.
+the fleet. The data nodes save nothing (as the suite's), but a replica writes what a full sync
+sent it to disk: a node killed comes back with that copy, as a replica of the primary of the
+moment, and syncs.
 
 The faults (each blocks until the topology is whole again, so call them in a thread):
 
 | fault | how |
 | --- | --- |
-| ``primary_kill`` | SIGKILL of the fleet's primary; once the failover promoted its replica, and ``down`` seconds more, it starts again (empty, a replica) |
+| ``primary_kill`` | SIGKILL of the fleet's primary; once the failover promoted its replica, and ``down`` seconds more, it starts again (a replica) |
 | ``failover`` | ``SENTINEL FAILOVER`` (``CLUSTER FAILOVER`` on the replica) with the old primary alive |
 | ``lossy_failover`` | the replica frozen (SIGSTOP) and its link filled, so that every write from then on stays in the primary's memory: acknowledged to the clients, confirmed to none (``WAIT``); the primary killed, the replica thawed and promoted: those writes are lost |
 | ``sentinel_kill`` | a sentinel killed, started again ``down`` seconds later (Sentinel) |
@@ -103,7 +104,7 @@ class HaRedis:
         return group.wait_for_failover(old, key or self.key, FAILOVER_TIMEOUT_S)
 
     def _restart(self, node: Node, primary: Node) -> int | None:
-        """Start ``node`` again (empty): a replica of ``primary``. Its new pid."""
+        """Start ``node`` again: a replica of ``primary``. Its new pid."""
         if isinstance(self.group, SentinelGroup):
             node._args = ["--replicaof", primary.host, str(primary.port)]  # as the group does
         node.start()
