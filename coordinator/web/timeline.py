@@ -34,7 +34,7 @@ from replica.contract import format_time, now_utc
 
 MAX_FLEETS: Final = 50
 """The most fleets ``GET /api/timeline`` draws."""
-OVERVIEW_ENTRIES: Final = 500
+OVERVIEW_ENTRIES: Final = 200
 """The most audit entries ``GET /api/timeline`` reads of each fleet."""
 
 Hours = Annotated[int, Query(ge=1, le=MAX_HOURS, description="hours back from now")]
