@@ -162,3 +162,45 @@ def test_the_overview_draws_every_fleet_and_one_that_cannot_be_read_says_so(
         assert page.locator('#timelines .timeline-fleet[data-fleet="orders"] rect.kind-schedule').count() >= 7
         expect(page.locator("#fleets tbody tr")).to_have_count(3)  # the table as usual
         page.locator("#timelines-panel").screenshot(path=str(SHOTS / "fleetgate-timelines.png"))
+
+
+def test_a_selected_hold_and_a_canary_resume_are_drawn_with_what_they_hold(
+    private_redis: LocalRedis,
+) -> None:
+    """A hold for part of the fleet and one a canary resume has released on two replicas, as the
+    state carries them (``select``, ``canaries``: the contract's hold fields,
+    ``replica.contract.holds``). Written into the state here: ``Fleet.pause`` does not take a
+    selector yet, nor ``resume`` a canary, in this tree."""
+    executable = chromium_or_skip()
+    from playwright.sync_api import expect
+
+    async def make(client: aioredis.Redis) -> None:
+        fleet = Fleet(client, "zones")
+        await fleet.pause("eu-west-1a database failover", by="alice", hold="zone-a")
+        await fleet.pause("bad build 1.4.2", by="bob", hold="v142")
+        await spread(client, "zones", [6, 3])
+        keys = Keys("zones")
+        holds = json.loads(await client.hget(keys.state, "holds") or "{}")
+        holds["zone-a"]["select"] = "zone=eu-west-1a"
+        holds["v142"]["select"] = "version=1.4.2"
+        holds["v142"]["canaries"] = ["zones-1", "zones-2"]
+        await client.hset(keys.state, "holds", json.dumps(holds))
+
+    run_async(make, private_redis.url)
+    with Server(settings(private_redis.url, "zones")) as server, \
+            dashboard_page(executable, height=900) as page:
+        page.goto(server.fleet_url("zones"))
+        page.fill("#token", ADMIN)
+        lanes = page.locator("#timeline g.lane")
+        expect(lanes).to_have_count(2, timeout=SLOW)
+        labels = lanes.evaluate_all("ls => ls.map(l => l.dataset.label)")
+        assert labels == ["zone-a [zone=eu-west-1a]", "v142 [version=1.4.2]"]
+        shown = page.locator("#timeline g.lane text.lane-label").all_text_contents()
+        assert [label.startswith(text.rstrip("…")) for label, text in zip(labels, shown, strict=True)] == [True, True]
+        spans = {b["hold"]: b for b in boxes(page, "#timeline svg.timeline rect.span")}
+        zone, canary = spans["zone-a"], spans["v142"]
+        assert "selected" in zone["cls"] and "replicas: zone=eu-west-1a" in zone["title"]
+        assert "canary" in canary["cls"] and "canaries: zones-1, zones-2" in canary["title"]
+        legend = page.locator("#timeline .timeline-legend .legend-label").all_text_contents()
+        assert {"held replicas chosen by labels", "canary resume"} <= set(legend)
+        page.locator("#timeline-panel").screenshot(path=str(SHOTS / "fleetgate-timeline-scope.png"))

@@ -10,7 +10,7 @@ window.FG.timeline = (function () {
   const FG = window.FG;
   const { parseTime, formatAge } = FG;
   const NS = "http://www.w3.org/2000/svg";
-  const LABEL_W = 150; // the lane labels
+  const LABEL_W = 190; // the lane labels
   const LANE_H = 26;
   const AXIS_H = 30;
   const PAST_SHARE = 0.55; // of the drawing width, for the past
@@ -193,10 +193,12 @@ window.FG.timeline = (function () {
       const y = AXIS_H + i * LANE_H;
       const g = el("g", { class: "lane" });
       g.dataset.hold = name;
-      g.appendChild(el("rect", { x: 0, y: y, width: width, height: LANE_H, class: "lane-bg lane-" + (i % 2) }));
       const label = laneLabel(name, list);
-      g.appendChild(title(el("text", { x: 4, y: y + LANE_H / 2 + 4, class: "lane-label" },
-        fit(label, LABEL_W - 4)), label));
+      g.dataset.label = label;
+      g.appendChild(title(el("rect", { x: 0, y: y, width: width, height: LANE_H,
+        class: "lane-bg lane-" + (i % 2) }), label));
+      g.appendChild(el("text", { x: 4, y: y + LANE_H / 2 + 4, class: "lane-label" },
+        fit(label, LABEL_W - 4)));
       for (const s of list) spanShapes(g, s, sc, y, win);
       svg.appendChild(g);
     });
