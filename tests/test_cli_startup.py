@@ -37,9 +37,10 @@ NOT_FOR_PARSING = (
 # What ``fleetgate status`` never needs: pydantic, which typer (0.29) coerces options with and
 # the settings are read with (``coordinator.cli.coercion`` and ``coordinator.cli.lightsettings``
 # answer as they would, without it), and rich when it prints to no terminal
-# (``coordinator.render.ink`` makes the same text).
+# (``coordinator.render.ink`` makes the same text); nor, for a fleet without schedules, the
+# cron and time zone readers.
 NOT_FOR_STATUS = ("pydantic", "pydantic_core", "pydantic_settings", "typer._adapters",
-                  "coordinator.settings", "rich")
+                  "coordinator.settings", "rich", "cronsim", "zoneinfo")
 
 
 def _fleetgate(*argvs: list[str], env: dict[str, str] | None = None) -> tuple[list[int], set[str], str, str]:

@@ -28,12 +28,14 @@ import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from cronsim import CronSim, CronSimError
+from typing import TYPE_CHECKING, Final
 
 from replica.errors import ContractError
+
+# cronsim and zoneinfo load on first use: a fleet without schedules never needs them
+# (``fleetgate status`` starts without them)
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
 
 MAX_CRON_LEN: Final = 120
 """The longest cron expression accepted."""
@@ -73,6 +75,8 @@ def validate_cron(expr: object) -> str:
     if len(text.split()) not in (5, 6):
         raise ContractError(f"invalid cron expression {text[:60]!r}: it needs 5 fields "
                             "(minute hour day-of-month month day-of-week)")
+    from cronsim import CronSim, CronSimError
+
     try:
         CronSim(text, datetime(2026, 1, 1, tzinfo=UTC))
     except (CronSimError, ValueError) as exc:
@@ -82,6 +86,8 @@ def validate_cron(expr: object) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _zone(name: str) -> ZoneInfo:
+    from zoneinfo import ZoneInfo
+
     return ZoneInfo(name)
 
 
@@ -90,6 +96,8 @@ def zone(name: object) -> ZoneInfo:
     if not isinstance(name, str) or not name or len(name) > 64 or name.startswith("/") \
             or ".." in name:
         raise ContractError(f"unknown time zone {str(name)[:60]!r}")
+    from zoneinfo import ZoneInfoNotFoundError
+
     try:
         return _zone(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
@@ -109,6 +117,8 @@ def validate_duration(seconds: object) -> float:
 def cron_starts(cron: str, tz: ZoneInfo, after: datetime) -> Iterator[Occurrence]:
     """Every start the cron expression names in ``tz`` strictly after ``after`` (aware), as
     occurrences of zero length (the caller sets ``end``). Bounded by ``_MAX_STEPS``."""
+    from cronsim import CronSim
+
     sim = CronSim(cron, after.astimezone(tz))
     for _ in range(_MAX_STEPS):
         try:
