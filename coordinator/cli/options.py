@@ -10,7 +10,6 @@ too), so this module loads only typer at import; the checks load what they use w
 
 from __future__ import annotations
 
-import getpass
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Final
@@ -164,6 +163,8 @@ def operator(by: str | None) -> str:
             return check_by(by)
         except ValueError as exc:
             raise usage(f"--{exc}") from None
+    import getpass  # (and termios): only a change command asks who runs it
+
     try:
         return getpass.getuser()
     except (KeyError, OSError, ImportError):
