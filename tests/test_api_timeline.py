@@ -14,9 +14,10 @@ import redis.asyncio as aioredis
 
 from coordinator.demo.localredis import LocalRedis
 from coordinator.fleet.fleet import Fleet
-from coordinator.fleet.timeline import read_timeline
+from coordinator.fleet.spans import Entry, rebuild
+from coordinator.fleet.timeline import parse_entry, read_timeline
 from coordinator.web.api import create_app
-from replica.contract import Keys, format_time, now_utc, parse_time
+from replica.contract import FleetState, Keys, format_time, now_utc, parse_time
 from tests.apikit import ADMIN, VIEW, auth, client_for, make_settings
 from tests.test_api_fleets import ORDERS_DASH, tokens_file
 
@@ -209,3 +210,34 @@ async def test_a_token_sees_the_timelines_of_its_fleets_only_and_an_unreadable_o
     assert every["fleets"][1]["spans"][0]["reason"] == "drill orders"
     assert [f["fleet"] for f in admin["fleets"]] == ["broken", "email", "orders"]
     assert at(admin["fleets"][1]["end"]) == at(admin["now"])
+
+
+def test_a_canary_resume_is_a_phase_of_its_hold_and_a_promotion_ends_it() -> None:
+    """The entries ``set_state.lua`` writes for a canary resume (``canaries`` comma-joined):
+    rolled back on one hold, promoted on the other (the fleet then runs: no hold in the state)."""
+    t0 = now_utc() - timedelta(hours=3)
+
+    def entry(minutes: int, action: str, hold: str, **extra: str) -> Entry:
+        at = format_time(t0 + timedelta(minutes=minutes))
+        fields = {"action": action, "hold": hold, "by": "ops", "reason": "r", "at": at, **extra}
+        parsed = parse_entry((f"{minutes}-0", fields))
+        assert parsed is not None
+        return parsed
+
+    rebuilt = rebuild([
+        entry(0, "pause", "a"), entry(1, "hold_added", "b"),
+        entry(10, "canary_started", "a", canaries="r-1,r-2"),
+        entry(20, "canary_rolled_back", "a"),
+        entry(30, "canary_started", "b", canaries="r-3"),
+        entry(40, "canary_promoted", "b"),
+        entry(50, "resume", "a"),
+    ], FleetState.from_hash("f", {}), now_utc())
+    assert rebuilt.skipped == 0
+    spans = {s.hold: s.to_dict(now_utc()) for s in rebuilt.spans}
+    at = {m: format_time(t0 + timedelta(minutes=m)) for m in (10, 20, 30, 40, 50)}
+    assert spans["a"]["canary"] == {"start": at[10], "end": at[20], "outcome": "rolled_back",
+                                    "replicas": ["r-1", "r-2"], "by": "ops"}
+    assert (spans["a"]["end"], spans["a"]["ended"]) == (at[50], "released")
+    assert spans["b"]["canary"]["outcome"] == "promoted"
+    assert (spans["b"]["end"], spans["b"]["ended"], spans["b"]["ended_by"]) == (
+        at[40], "promoted", "ops")

@@ -185,6 +185,11 @@ def test_a_selected_hold_and_a_canary_resume_are_drawn_with_what_they_hold(
         holds["v142"]["select"] = "version=1.4.2"
         holds["v142"]["canaries"] = ["zones-1", "zones-2"]
         await client.hset(keys.state, "holds", json.dumps(holds))
+        # the entry set_state.lua appends for that canary resume, an hour ago
+        await client.xadd(keys.audit, {
+            "action": "canary_started", "hold": "v142", "reason": "try two", "by": "carol",
+            "version": "3", "at": format_time(now_utc() - timedelta(hours=1)),
+            "canaries": "zones-1,zones-2"})
 
     run_async(make, private_redis.url)
     with Server(settings(private_redis.url, "zones")) as server, \
@@ -201,6 +206,9 @@ def test_a_selected_hold_and_a_canary_resume_are_drawn_with_what_they_hold(
         zone, canary = spans["zone-a"], spans["v142"]
         assert "selected" in zone["cls"] and "replicas: zone=eu-west-1a" in zone["title"]
         assert "canary" in canary["cls"] and "canaries: zones-1, zones-2" in canary["title"]
+        [phase] = boxes(page, "#timeline rect.canary-phase")
+        assert phase["hold"] == "v142" and canary["x"] < phase["x"] < canary["x"] + canary["w"]
+        assert "released on zones-1, zones-2" in phase["title"] and "soaking" in phase["title"]
         legend = page.locator("#timeline .timeline-legend .legend-label").all_text_contents()
         assert {"held replicas chosen by labels", "canary resume"} <= set(legend)
         page.locator("#timeline-panel").screenshot(path=str(SHOTS / "fleetgate-timeline-scope.png"))

@@ -15,6 +15,9 @@ state, which has the last word on what is in force now and what is planned:
   replicas do (a span closes by itself at its ``auto_resume_at``: ``ended: auto``);
 * ``schedule_started``/``schedule_ended`` (the watcher's) open and close a schedule's
   occurrence (``kind: schedule``); an early end or ``schedule_removed`` close it then;
+* ``canary_started`` marks the hold's span with its canary phase (``canary``: start, the
+  replicas released), ``canary_rolled_back`` ends the phase, ``canary_promoted`` ends it and
+  the hold (``ended: promoted``);
 * any other action (``restore``, ``schedule_added``, ``limit_set``, one of a later release)
   changes no hold and is passed over. An entry that cannot be read (no time, no action or one
   that is not a word, a hold name that is not one) is skipped and counted
@@ -51,7 +54,9 @@ OPENS: Final = frozenset({"pause", "hold_added", "hold_updated"})
 OCCURRENCE_EDGES: Final = frozenset({"schedule_started", "schedule_ended", "schedule_removed"})
 """An occurrence of a schedule starting and ending (the watcher's, or an early end), and a
 schedule removed (its occurrence in force ends)."""
-HOLD_ACTIONS: Final = OPENS | OCCURRENCE_EDGES | {
+CANARY: Final = frozenset({"canary_started", "canary_rolled_back", "canary_promoted"})
+"""A canary resume: released on some replicas, put back on them, or released on all."""
+HOLD_ACTIONS: Final = OPENS | OCCURRENCE_EDGES | CANARY | {
     "resume", "hold_released", "hold_scheduled", "hold_cancelled", "window_started",
     "window_ended"}
 """The actions that open or close a span; any other well-formed action (``restore``,
@@ -157,7 +162,7 @@ class _Rebuild:
         self.advance(at)
         names = e.hold.split(",") if e.hold else ["default"]
         name = names[0]
-        extras = dict(entry.extras)
+        extras = {k: v for k, v in entry.extras.items() if k in EXTRAS}
         if e.action in OPENS:
             self.planned.pop(name, None)
             span = self.open.get(name)
@@ -200,12 +205,37 @@ class _Rebuild:
         elif e.action in ("schedule_ended", "schedule_removed"):
             early = e.action == "schedule_removed" or entry.extras.get("early") == "1"
             self.close(name, at, "early" if early else "auto", e.by if early else "")
+        elif e.action in CANARY:
+            self.canary(entry, name, at)
         elif e.action == "window_ended":
             if name in self.open:
                 self.close(name, at, "auto")
             elif not any(s.hold == name and s.end == at for s in self.done):
                 self.done.append(Span(name, WINDOW, e.starts_at, at, e.by, e.reason, at,
                                       "auto", extras=extras))
+
+    def canary(self, entry: Entry, name: str, at: datetime) -> None:
+        """A canary resume of ``name``: its phase (``canary``: start, end, outcome, replicas)
+        on the hold's span; a promotion releases the hold."""
+        e = entry.event
+        span = self.open.get(name)
+        if span is None:  # began before the entries read
+            span = self.open[name] = Span(name, HOLD, None, None, e.by, e.reason)
+        phase = span.extras.get("canary")
+        if e.action == "canary_started":
+            replicas = [r for r in str(entry.extras.get("canaries", "")).split(",") if r]
+            span.extras["canary"] = {"start": format_time(at), "end": None, "outcome": None,
+                                     "replicas": replicas, "by": e.by}
+            return
+        outcome = "promoted" if e.action == "canary_promoted" else "rolled_back"
+        if isinstance(phase, dict):
+            phase.update(end=format_time(at), outcome=outcome)
+        else:
+            span.extras["canary"] = {"start": None, "end": format_time(at), "outcome": outcome,
+                                     "replicas": [], "by": e.by}
+        span.extras.pop("canaries", None)
+        if outcome == "promoted":
+            self.close(name, at, "promoted", e.by)
 
     def square(self, state: FleetState, now: datetime) -> None:
         """The state has the last word on what is in force now and what is planned."""
@@ -267,5 +297,5 @@ def clip(spans: Iterable[Span], left: datetime, right: datetime, now: datetime) 
     return out
 
 
-__all__ = ["ENTRY_FIELDS", "EXTRAS", "HOLD", "HOLD_ACTIONS", "SCHEDULE", "WINDOW", "Entry", "Rebuilt", "Span", "clip",
+__all__ = ["CANARY", "ENTRY_FIELDS", "EXTRAS", "HOLD", "HOLD_ACTIONS", "SCHEDULE", "WINDOW", "Entry", "Rebuilt", "Span", "clip",
            "readable", "rebuild"]

@@ -137,7 +137,7 @@ window.FG.timeline = (function () {
     if (end === null && !planned) cls.push("open");
     if (openLeft) cls.push("open-left");
     if (s.select) cls.push("selected");
-    if (s.canaries) cls.push("canary");
+    if (s.canaries || s.canary) cls.push("canary");
     const rect = el("rect", { x: x0.toFixed(1), y: y + 4, width: (x1 - x0).toFixed(1), height: LANE_H - 8,
       rx: 3, class: cls.join(" ") });
     rect.dataset.hold = s.hold;
@@ -159,6 +159,20 @@ window.FG.timeline = (function () {
     if (openLeft) {
       g.appendChild(title(el("path", { d: "M" + (x0 - 1) + " " + (y + 5) + " l-7 " + (LANE_H / 2 - 5) +
         " l7 " + (LANE_H / 2 - 5) + " z", class: "open-mark" }), s.hold + ": began before " + iso(left)));
+    }
+    const phase = s.canary && typeof s.canary === "object" ? s.canary : null;
+    if (phase) {
+      // the canary resume: released on a few replicas from its start until promoted or put back
+      const c0 = Math.max(x0, sc.x(Math.max(left, parseTime(phase.start) ?? a)));
+      const c1 = Math.max(c0 + 2, sc.x(Math.min(right, parseTime(phase.end) ?? (end ?? now))));
+      const overlay = el("rect", { x: c0.toFixed(1), y: y + LANE_H - 9, width: (c1 - c0).toFixed(1),
+        height: 5, class: "canary-phase" + (phase.outcome ? " outcome-" + phase.outcome : "") });
+      overlay.dataset.hold = s.hold;
+      const ids = Array.isArray(phase.replicas) ? phase.replicas.join(", ") : "";
+      title(overlay, s.hold + ": canary resume" + (ids ? ", released on " + ids : "") +
+        (phase.start ? " from " + phase.start : "") + (phase.by ? " by " + phase.by : "") +
+        (phase.outcome ? "; " + phase.outcome.replace("_", " ") + " at " + phase.end : "; soaking"));
+      g.appendChild(overlay);
     }
     const label = fit((s.reason || "") + (s.by ? " — " + s.by : ""), x1 - x0);
     if (label) g.appendChild(el("text", { x: x0 + 4, y: y + LANE_H / 2 + 4, class: "span-label" }, label));
@@ -259,7 +273,7 @@ window.FG.timeline = (function () {
   function extras(spans) {
     const out = [];
     if (spans.some((s) => s.select)) out.push(["kind-hold selected", "held replicas chosen by labels"]);
-    if (spans.some((s) => s.canaries)) out.push(["kind-hold canary", "canary resume"]);
+    if (spans.some((s) => s.canaries || s.canary)) out.push(["kind-hold canary", "canary resume"]);
     return out;
   }
 
