@@ -279,3 +279,16 @@ def test_a_pause_with_a_schedules_name_is_refused(
     line = refused(capsys, "pause", "--hold", "backup", "--reason", "x")
     assert "has a schedule named backup" in line
     assert not sync_redis.exists(Keys(cli_env).state)
+
+
+def test_status_shows_the_fleet_paused_by_an_occurrence_in_force(
+    capsys: pytest.CaptureFixture[str], cli_env: str,
+) -> None:
+    now = now_utc()
+    assert run(capsys, "schedule", "add", "freeze", "--cron", f"{now.minute} {now.hour} * * *",
+               "--duration", "23h", "--timezone", "UTC", "--reason", "release freeze")[0] == 0
+    code, out, err = run(capsys, "status")
+    assert code == 0, err
+    assert " PAUSED " in out and "hold freeze (active): 'release freeze' by alice" in out
+    body = json.loads(run(capsys, "status", "--json")[1])
+    assert body["state"]["holds"]["freeze"]["status"] == "active"

@@ -32,7 +32,7 @@ from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import FleetStatus
 from coordinator.fleet.registry import read_registry
 from replica.contract import now_utc
-from replica.contract.schedules import ScheduleSet
+from replica.contract.schedules import ScheduleSet, with_active_schedules
 from replica.errors import ContractError
 
 log = logging.getLogger(__name__)
@@ -125,8 +125,11 @@ async def status_with_backlog(fleet: Fleet) -> FleetStatus:
     """``Fleet.status()`` with the fleet's backlog (``backlog.read_backlog``), as ``fleetgate
     status`` and ``fleetgate fleets`` show it."""
     status = await fleet.status()
-    return replace(status, backlog=await read_backlog(fleet.redis, fleet.keys),
-                   schedules=await read_schedules(fleet))
+    schedules = await read_schedules(fleet)
+    # an occurrence in force is a hold of the fleet, as on every replica
+    state = with_active_schedules(status.state, schedules.schedules, now_utc())
+    return replace(status, state=state, schedules=schedules,
+                   backlog=await read_backlog(fleet.redis, fleet.keys))
 
 
 async def read_schedules(fleet: Fleet) -> ScheduleSet:

@@ -268,6 +268,19 @@ def with_schedules(
     return replace(state, holds=holds), until
 
 
+def with_active_schedules(
+    state: FleetState, schedules: Iterable[Schedule], now: datetime
+) -> FleetState:
+    """``state`` with the occurrences in force at ``now`` as holds (``status`` shows the fleet
+    paused by them, as the replicas are); the same object when none is."""
+    own = state.effective_holds()
+    extra, _ = schedule_holds(schedules, now, exclude=(h.name for h in own))
+    active = tuple(h for h in extra if h.active(now))
+    if not active:
+        return state
+    return replace(state, holds=tuple(sorted(own + active, key=lambda h: h.name)))
+
+
 def _str(data: Mapping[str, Any], key: str, name: str, default: str | None = None) -> str:
     value = data.get(key, default)
     if value is None and default is not None:
@@ -298,5 +311,6 @@ __all__ = [
     "schedule_holds",
     "schedules_from_hash",
     "schedules_notice",
+    "with_active_schedules",
     "with_schedules",
 ]
