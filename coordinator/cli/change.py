@@ -77,13 +77,20 @@ def pause(
     reschedule: Annotated[bool, typer.Option("--reschedule", help=(
         "With --at, move a hold that is active now to the later start: it ends now (the "
         "fleet resumes if no other hold is active). Without it, that is refused (exit 2)."))] = False,
+    select: Annotated[str | None, typer.Option("--select", help=(
+        "Hold only the replicas whose labels match this Kubernetes label selector "
+        "(zone=eu-west-1a, 'version in (1.4.1,1.4.2)', !canary); --wait waits for those."
+    ))] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=(
+        "Say what the change would do (holds before and after, which replicas it would hold "
+        "or release) and write nothing."))] = False,
 ) -> None:
     """Pause the fleet: every replica finishes the item in hand and takes no more. The pause
     is the fleet hold --hold (default 'default'): the fleet stays paused while any hold is.
     --at of a hold that is active now is refused (exit 2, nothing changed) unless --reschedule:
     then it ends now, and when it was the last active hold the fleet resumes (said so)."""
     g: Globals = ctx.obj
-    from coordinator.cli import changing, multi
+    from coordinator.cli import changing, multi, scoped
     from coordinator.cli.runner import Progress
     from replica.contract import now_utc
 
@@ -101,15 +108,25 @@ def pause(
 
     span = None if window is None else timedelta(seconds=window)
     progress = Progress(limit, GRACE_S)
+    if select is not None:
+        select = scoped.select_option(select)
+    if dry_run:
+        return scoped.dry_run(settings, fleet, all_fleets, json_out, lambda f: f.pause(
+            reason, by=by_name, expected_for=span, auto_resume_after=span if auto_resume else None,
+            hold=hold, starts_at=starts_at, reschedule=reschedule, select=select, dry_run=True))
+    matched: list[tuple[int, int]] = []  # --select: how many live replicas it matches
 
     async def act(
         fleet: Fleet, progress: Progress = progress
     ) -> tuple[FleetState, WaitReport | None, bool, render.HoldChange]:
         started = now_utc()  # nothing read before a pause: a hung Redis is exit 5, not 1
-        state, report = await changing.change_then_wait(fleet, progress, wait, lambda: fleet.pause(
+        if select is not None:  # (but the labels, with --select: a hung Redis is exit 1)
+            matched.append(await scoped.matching(fleet, select))
+        waits = wait and (select is None or matched[-1][0] > 0)
+        state, report = await changing.change_then_wait(fleet, progress, waits, lambda: fleet.pause(
             reason, by=by_name, expected_for=span, auto_resume_after=span if auto_resume else None,
-            hold=hold, starts_at=starts_at, reschedule=reschedule, for_wait=wait,
-        ))
+            hold=hold, starts_at=starts_at, reschedule=reschedule, for_wait=waits, select=select,
+        ), scope=scoped.select_scope(select))
         return state, report, True, await render.describe_change(
             fleet, "pause", hold, started, state)
 
@@ -118,7 +135,11 @@ def pause(
 
     state, report, _, change = changing.run_change(settings, act, progress, json_out)
     unconfirmed = changing.unconfirmed_line(settings, progress)
-    changing.report_action(state, report, json_out, unconfirmed=unconfirmed, change=change)
+    suffix = scoped.matched_text(select, *matched[-1]) if select is not None and matched else ""
+    changing.report_action(state, report, json_out, unconfirmed=unconfirmed, change=change,
+                           suffix=suffix)
+    if select is not None and wait and matched and matched[-1][0] == 0:
+        raise scoped.no_match_error(state.fleet, select, matched[-1][1])
 
 
 def resume(
@@ -141,13 +162,25 @@ def resume(
         "--hold", help="The hold to release (a scheduled one: cancelled); default: the only one.",
     )] = None,
     all_holds: Annotated[bool, typer.Option("--all", help="Release every hold.")] = False,
+    canary: Annotated[str | None, typer.Option("--canary", help=(
+        "Release the hold --hold on N replicas (or P% of the live ones it holds), chosen by a "
+        "stable rule and named; the others stay held."))] = None,
+    promote: Annotated[bool, typer.Option("--promote", help=(
+        "Release a hold a canary resume runs on (the canaries did well)."))] = False,
+    soak: Annotated[str | None, typer.Option("--soak", help=(
+        "With --canary: watch the canaries this long, then promote by itself, or put the hold "
+        "back on them if they failed runs, dead-lettered items, opened their breaker or went "
+        "silent (exit 8, saying why)."))] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help=(
+        "Say what the change would do (holds before and after, which replicas it would hold "
+        "or release) and write nothing."))] = False,
 ) -> None:
     """Resume the fleet: release the hold --hold (a scheduled one is cancelled), the only hold
     there is, or with --all every hold; the fleet runs when no hold is left active. With
     several holds and neither option nothing changes (exit 2). Replicas continue with the
     queue untouched."""
     g: Globals = ctx.obj
-    from coordinator.cli import changing, multi
+    from coordinator.cli import changing, multi, scoped
     from coordinator.cli.runner import Progress
     from replica.contract import MAX_STAGGER_S
 
@@ -163,13 +196,23 @@ def resume(
 
     spread = None if stagger_s is None else timedelta(seconds=stagger_s)
     progress = Progress(limit, GRACE_S)
+    soak_s = duration_option(soak, "--soak")
+    step = scoped.canary_step(hold, all_holds, canary, promote, soak_s,
+                              multi.wanted(fleet, all_fleets))
+    if dry_run:
+        return scoped.dry_run(settings, fleet, all_fleets, json_out, lambda f: scoped.resume_dry(
+            f, by_name, spread, reason, hold, all_holds, canary, step))
+    if canary is not None and hold is not None:
+        return scoped.canary_resume(settings, hold, canary, by_name, reason, wait, soak_s,
+                                    progress, json_out)
 
     async def act(
         fleet: Fleet, progress: Progress = progress
     ) -> tuple[FleetState, WaitReport | None, bool, render.HoldChange]:
         before = await fleet.state()
         state, report = await changing.change_then_wait(fleet, progress, wait, lambda: fleet.resume(
-            by=by_name, stagger=spread, reason=reason, hold=hold, all=all_holds, for_wait=wait
+            by=by_name, stagger=spread, reason=reason, hold=hold, all=all_holds, for_wait=wait,
+            canary=step,
         ))
         change = render.hold_change("resume", hold, before, state)
         return state, report, change.event != "noop", change
@@ -186,7 +229,8 @@ def resume(
     state, report, changed, change = changing.run_change(settings, act, progress, json_out)
     unconfirmed = changing.unconfirmed_line(settings, progress)
     changing.report_action(state, report, json_out, changed=changed, unconfirmed=unconfirmed,
-                           change=change)
+                           change=change, line=scoped.promote_line(state, hold) if promote and
+                           hold is not None else None)
 
 
 __all__ = ["pause", "resume"]

@@ -26,6 +26,7 @@ from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import WaitReport
 from coordinator.fleet.tracing import command_span
+from coordinator.fleet.waitscope import WaitScope
 from coordinator.settings import CoordinatorSettings
 from replica.contract import FleetState
 from replica.contract.urls import redact_url
@@ -34,7 +35,8 @@ T = TypeVar("T")
 
 
 async def change_then_wait(
-    fleet: Fleet, progress: Progress, wait: bool, change: Callable[[], Awaitable[FleetState]]
+    fleet: Fleet, progress: Progress, wait: bool, change: Callable[[], Awaitable[FleetState]],
+    scope: WaitScope | None = None,
 ) -> tuple[FleetState, WaitReport | None]:
     """Make the change, then (``wait``) wait for the replicas with what is left of the
     command's time; ``progress`` says which step a deadline cut off."""
@@ -44,7 +46,8 @@ async def change_then_wait(
     except NotConfirmed as exc:  # made and published: say so once the rest is reported
         state, progress.unconfirmed = exc.state, exc
     progress.step, progress.state = "wait", state
-    report = await fleet.wait(state.version, timeout=progress.left()) if wait else None
+    report = await fleet.wait(state.version, timeout=progress.left(), scope=scope) \
+        if wait else None
     return state, report
 
 
@@ -115,6 +118,8 @@ def report_action(
     changed: bool = True,
     unconfirmed: str | None = None,
     change: render.HoldChange | None = None,
+    suffix: str = "",
+    line: str | None = None,
 ) -> None:
     """Print the change (and the wait's report); exit 4 when no replica confirmed it
     (``unconfirmed``, the line; before exit 3, which it names too), 3 when the wait ran out
@@ -123,12 +128,12 @@ def report_action(
         emit_json(render.action_dict(state, report, change))
     else:
         out = console()
-        line = render.action_line(state) if changed else (
+        first = render.action_line(state) if changed else (
             f"fleet {state.fleet} is not paused (version {state.version}): nothing to resume"
         )
         if change is not None and change.event != "noop":
-            line = render.change_line(state, change)
-        out.print(line, highlight=False, markup=False)
+            first = render.change_line(state, change)
+        out.print((line or first) + suffix, highlight=False, markup=False)
         if report is not None:
             out.print(render.wait_table(report))
     if unconfirmed is not None:

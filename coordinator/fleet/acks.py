@@ -34,6 +34,7 @@ from replica.contract import (
     R_QUIET,
     R_QUIET_AT,
     R_RESUME_AT,
+    RECORD_TTL_HEARTBEATS,
     REPLICA_ID_RE,
     STALE_HEARTBEATS,
     parse_time,
@@ -101,6 +102,22 @@ class _View:
         if pause:
             return self.fleet_held and self.quiet
         return not self.fleet_held
+
+    def live_at_change(self, at: float, now: float, floor: float) -> bool:
+        """Whether this replica, whose record was just read for the first time, was live at
+        the change (``at``, epoch seconds): heard within ``STALE_HEARTBEATS`` of its heartbeat
+        intervals before it (at least ``floor`` seconds; a replica that joined since was heard
+        after it). A record already gone is judged by the score: a record expires
+        ``RECORD_TTL_HEARTBEATS`` intervals after the last heartbeat, which bounds the interval
+        of a replica silent since its score, and so how long before the change it could have
+        been heard and still be live then."""
+        if self.present:
+            return self.heard_within(at, floor)
+        if self.score is None:
+            return False  # known from an acknowledgement only, and no record
+        heard = self.score / 1000.0
+        longest = (now - heard) / RECORD_TTL_HEARTBEATS  # its interval, at most
+        return at - heard <= max(STALE_HEARTBEATS * longest, floor)
 
     def heard_within(self, t: float, floor: float) -> bool:
         """Its record's heartbeat at ``t`` (epoch seconds) was at most ``STALE_HEARTBEATS``

@@ -14,9 +14,11 @@ answer raises ``OutcomeUnknown`` (see ``coordinator.fleet.calls``).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -26,6 +28,7 @@ from redis.exceptions import ResponseError
 
 from coordinator.fleet import registry
 from coordinator.fleet.calls import ChangeScript
+from coordinator.fleet.dryrun import DryRun, check_canary
 from coordinator.fleet.durability import Durability
 from coordinator.fleet.reads import Members, Reads, flat_reply, parse_flat_members, restored_at
 from replica.contract import (
@@ -45,8 +48,16 @@ from replica.contract import (
     text,
     timedelta_s,
 )
-from replica.contract.holds import DEFAULT_HOLD, MAX_HOLDS, ActiveHoldConflict, validate_hold
+from replica.contract.holds import (
+    DEFAULT_HOLD,
+    MAX_HOLDS,
+    ActiveHoldConflict,
+    NoCanaryConflict,
+    holds_from_json,
+    validate_hold,
+)
 from replica.contract.scripts import RESTORE_RAISED
+from replica.contract.selectors import canonical_selector
 from replica.control.connect import sharded
 from replica.errors import ContractError, HoldConflict, InvalidMessage
 
@@ -92,6 +103,8 @@ class Changes:
         """WAIT for replicas after a pause or resume (coordinator.fleet.durability)."""
         self.sharded = sharded(redis)
         """Publish with SPUBLISH (a cluster: sharded pub/sub)."""
+        self.dry: DryRun | None = None
+        """What the last dry run would have done (``coordinator.fleet.dryrun``)."""
         self.warnings: Counter[str] = Counter()
         """What the change script skipped, by kind (``replicas_wrongtype``: a replicas key of
         another type than a sorted set, left alone while the change was made)."""
@@ -107,9 +120,12 @@ class Changes:
         starts_at: datetime | None = None,
         reschedule: bool = False,
         for_wait: bool = False,
+        select: str | None = None,
+        dry_run: bool = False,
     ) -> FleetState:
         reason = check_reason(reason)
         by = check_by(by)
+        selector = canonical_selector(select) if select is not None else ""
         name = validate_hold(hold) if hold is not None else DEFAULT_HOLD
         now = now_utc()
         start = now
@@ -125,7 +141,7 @@ class Changes:
             auto_resume_at=start + auto if auto is not None else None,
             stagger=resume_stagger, hold=name,
             starts_at=start if start > now else None, reschedule=reschedule,
-            for_wait=for_wait,
+            for_wait=for_wait, select=selector, dry_run=dry_run,
         )
 
     async def resume(
@@ -136,14 +152,19 @@ class Changes:
         hold: str | None = None,
         all_holds: bool = False,
         for_wait: bool = False,
+        canary: str = "",
+        canaries: Sequence[str] = (),
+        dry_run: bool = False,
     ) -> FleetState:
         by = check_by(by)
         checked = check_optional_reason(reason)
         if hold is not None and all_holds:
             raise ContractError("name one hold or all of them, not both")
         name = validate_hold(hold) if hold is not None else ""
+        check_canary(canary, name, canaries)
         return await self._change("resume", checked or "", by, now_utc(), stagger=stagger,
-                                  hold=name, all_holds=all_holds, for_wait=for_wait)
+                                  hold=name, all_holds=all_holds, for_wait=for_wait,
+                                  canary=canary, canaries=canaries, dry_run=dry_run)
 
     async def _change(
         self,
@@ -159,6 +180,10 @@ class Changes:
         starts_at: datetime | None = None,
         reschedule: bool = False,
         for_wait: bool = False,
+        select: str = "",
+        canary: str = "",
+        canaries: Sequence[str] = (),
+        dry_run: bool = False,
     ) -> FleetState:
         window = timedelta_s(stagger)
         if not 0 <= window <= MAX_STAGGER_S:
@@ -170,10 +195,14 @@ class Changes:
             format_time(auto_resume_at), f"{window:g}", self._name, str(AUDIT_MAXLEN), "0",
             str(prune_before), hold, "1" if all_holds else "0", format_time(starts_at),
             str(MAX_HOLDS), "1" if self.sharded else "0", "1" if reschedule else "0",
+            select, canary, json.dumps(list(canaries)) if canaries else "",
+            "1" if dry_run else "0",
         ]
         script_keys = [keys.state, keys.audit, keys.control, keys.replicas]
         what = f"{action} of fleet {self._name}"
-        confirm = self.durability.begin()  # a WAIT on the script's connection
+        # a WAIT on the script's connection (a dry run writes nothing to confirm)
+        confirm = None if dry_run else self.durability.begin()
+        self.dry = None
         # a wait follows: the members as they are just before the change, in its MULTI
         read = ("ZRANGE", keys.replicas, 0, -1, "WITHSCORES") if for_wait else None
         raw_members, result = await self._call(script_keys, args, what, confirm, read)
@@ -188,6 +217,8 @@ class Changes:
         status = text(result[0])
         if status == "active":
             raise ActiveHoldConflict(self._name, tuple(text(x) for x in result[1]), hold)
+        if status == "no_canary":
+            raise NoCanaryConflict(self._name, tuple(text(x) for x in result[1]), hold)
         if status in ("ambiguous", "unknown", "too_many"):
             names = tuple(text(x) for x in result[1])
             raise HoldConflict(status, self._name, names, hold)
@@ -200,6 +231,9 @@ class Changes:
                        else parse_flat_members(flat_reply(raw_members)))
             self._reads.noted(members.unreadable)
         self._warn(result[4] if len(result) > 4 else [])
+        if status == "dry":  # nothing was written: what it would do, for dry_run()
+            self.dry = DryRun(holds_from_json(text(result[5])), state, text(result[3]))
+            return state
         # what wait(state.version) starts from: kept for a moment, saves a read
         self.last = LastChange(state, members, _count(result[2]), time.monotonic(),
                                restored_at(raw))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
 
@@ -33,6 +33,7 @@ from redis.exceptions import RedisError
 from coordinator.fleet import producer
 from coordinator.fleet.calls import again
 from coordinator.fleet.changes import Changes
+from coordinator.fleet.dryrun import DryRun
 from coordinator.fleet.durability import Durability, NotConfirmed
 from coordinator.fleet.limits import LimitChange, LimitReading, Limits
 from coordinator.fleet.listener import AckListener
@@ -41,6 +42,7 @@ from coordinator.fleet.reads import Reads
 from coordinator.fleet.schedules import Schedules
 from coordinator.fleet.tracing import change_span, made, wait_span, waited
 from coordinator.fleet.waiting import Waiter
+from coordinator.fleet.waitscope import WaitScope
 from replica.contract import (
     A_ACTION,
     A_AT,
@@ -142,6 +144,8 @@ class Fleet:
         starts_at: datetime | None = None,
         reschedule: bool = False,
         for_wait: bool = False,
+        select: str | None = None,
+        dry_run: bool = False,
     ) -> FleetState:
         """Add or update the fleet hold ``hold`` (``default`` when None): the fleet is paused
         while any hold is active. Updating an active hold keeps its ``since``. ``reason`` and
@@ -158,6 +162,11 @@ class Fleet:
         when it was the last active hold, the fleet resumes and the change is audited as the
         ``resume`` it is.
 
+        ``select`` (a label selector, Kubernetes syntax) makes the hold hold only the replicas
+        whose labels match; updating a hold replaces its selector (none: every replica).
+        ``dry_run=True`` writes nothing and returns the state the change would write; what it
+        would do is then ``dry_run_result`` (``coordinator.fleet.dryrun``).
+
         ``for_wait=True`` when a ``wait()`` on this version follows: the change reads the
         ``replicas`` set with it (just before it, in one ``MULTI``/``EXEC``: no round trip
         added), so the wait starts from the membership at the change and names a replica that
@@ -169,7 +178,7 @@ class Fleet:
             try:
                 state = await self._changes.pause(
                     reason, by, expected_for, auto_resume_after, resume_stagger, hold,
-                    starts_at, reschedule, for_wait,
+                    starts_at, reschedule, for_wait, select, dry_run,
                 )
             except NotConfirmed as exc:  # made: the span says what, and that it is unconfirmed
                 made(traced, exc.state)
@@ -187,6 +196,9 @@ class Fleet:
         hold: str | None = None,
         all: bool = False,
         for_wait: bool = False,
+        canary: str = "",
+        canaries: Sequence[str] = (),
+        dry_run: bool = False,
     ) -> FleetState:
         """Release the fleet hold ``hold``; without one, the only hold there is; with
         ``all=True``, every hold. A resume without a hold name while the fleet has several
@@ -196,16 +208,26 @@ class Fleet:
         goes, the fleet resumes; with ``stagger`` each replica waits an offset derived from
         its id, spread evenly over that window. ``reason`` (optional) goes to the audit trail.
         Resuming a fleet without holds changes nothing and returns the state. ``for_wait``: as
-        for ``pause()``."""
+        for ``pause()``. A canary resume of ``hold``: ``canary="canary"`` releases it on the
+        replica ids ``canaries`` only (``coordinator.fleet.canary`` chooses them),
+        ``"rollback"`` puts it back on them, ``"promote"`` releases it (both raise
+        ``NoCanaryConflict`` for a hold without canaries). ``dry_run``: as for ``pause()``."""
         with change_span(self._name, "resume", "*" if all else hold, by) as traced:
             try:
-                state = await self._changes.resume(by, stagger, reason, hold, all, for_wait)
+                state = await self._changes.resume(by, stagger, reason, hold, all, for_wait,
+                                                   canary, canaries, dry_run)
             except NotConfirmed as exc:
                 made(traced, exc.state)
                 traced.outcome = "not_confirmed"
                 raise
             made(traced, state)
             return state
+
+    @property
+    def dry_run_result(self) -> DryRun | None:
+        """What the last ``dry_run=True`` change would have done (holds before, state after,
+        audit action)."""
+        return self._changes.dry
 
     async def restore_if_missing(self) -> bool:
         """Put the state hash back from the replica records when Redis forgot it (or holds an
@@ -312,7 +334,9 @@ class Fleet:
 
     # ------------------------------------------------------------------ wait
 
-    async def wait(self, version: int, timeout: float = 60.0) -> WaitReport:
+    async def wait(
+        self, version: int, timeout: float = 60.0, *, scope: WaitScope | None = None
+    ) -> WaitReport:
         """Wait until every replica live at the change applied ``version`` and, for a pause,
         is quiet (for a resume: no longer held by the fleet). Never raises on timeout: the
         report says who did not get there and why. A replica is let go only when it left (a
@@ -323,7 +347,7 @@ class Fleet:
         stream, for ``fleetgate serve`` to announce."""
         with wait_span(self._name, version) as traced:
             report = await self._waiter.wait(
-                version, timeout, self.wait_poll_interval, self._changes.last
+                version, timeout, self.wait_poll_interval, self._changes.last, scope
             )
             waited(traced, report)
             if report.stragglers:

@@ -322,9 +322,12 @@ class FleetSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """The summary shape: ``{"fleet", "state", "summary", "attention", "attention_total"}``."""
+        state = state_dict(self.state, self.now)
+        for name, hold in state["holds"].items():  # how many live replicas each holds
+            hold["holding"] = self.figures.held.get(name, 0)
         return {
             "fleet": self.state.fleet,
-            "state": state_dict(self.state, self.now),
+            "state": state,
             "summary": self.counts(),
             "attention": [a.to_dict() for a in self.figures.attention],
             "attention_total": self.figures.attention_total,

@@ -46,9 +46,9 @@ from typing import Any, Final
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from coordinator.fleet.acks import _WAIT_FIELDS, _fast_ack, _Times, _View
+from coordinator.fleet.acks import _fast_ack, _Times, _View
 from coordinator.fleet.changes import LastChange
-from coordinator.fleet.confirm import CONFIRM_LUA, disagreements
+from coordinator.fleet.confirm import CONFIRM_LUA
 from coordinator.fleet.listener import AckListener, next_message, subscribe_acks
 from coordinator.fleet.models import (
     GONE,
@@ -56,8 +56,8 @@ from coordinator.fleet.models import (
     WaitReport,
 )
 from coordinator.fleet.reads import Members, Reads, Snapshot
+from coordinator.fleet.waitscope import Scope, begin, scoped_disagreements, scoped_fields
 from replica.contract import (
-    RECORD_TTL_HEARTBEATS,
     STALE_HEARTBEATS,
     FleetState,
     Keys,
@@ -85,16 +85,18 @@ class Waiter:
         self.confirm_script = redis.register_script(CONFIRM_LUA)
 
     async def wait(
-        self, version: int, timeout: float, poll_interval: float, last: LastChange | None
+        self, version: int, timeout: float, poll_interval: float, last: LastChange | None,
+        scope: Scope = None,
     ) -> WaitReport:
-        return await _Run(self, version, poll_interval).run(timeout, last)
+        return await _Run(self, version, poll_interval, scope).run(timeout, last)
 
 
 class _Run:
     """One ``wait``: what it knows of each replica, who it waits for (``required``: live at the
     change), who it still waits for (``pending``), who left (``excused``)."""
 
-    def __init__(self, waiter: Waiter, version: int, poll_interval: float) -> None:
+    def __init__(self, waiter: Waiter, version: int, poll_interval: float, scope: Scope) -> None:
+        self.scope = scope  # holds for part of the fleet (coordinator.fleet.waitscope)
         self.w = waiter
         self.version = version
         self.poll_interval = poll_interval
@@ -147,6 +149,8 @@ class _Run:
         state = self.state = snapshot.state
         self._note_restore(snapshot)
         self.pause = state.paused
+        self.scope = begin(self.scope, state)
+        listening_before = listening_before and self.scope is None  # labels: read the records
         changed_at = state.changed_at or state.since
         self.changed_ts = changed_at.timestamp() if changed_at is not None else None
         since = self.w.listener.since
@@ -191,24 +195,11 @@ class _Run:
         return at if at.timestamp() > changed - window else None
 
     def _reached(self, replica: str) -> bool:
-        return self.views[replica].reached(self.version, self.pause)
+        return self.views[replica].reached(self.version, self._pause_of(replica))
 
-    def _live_at_change(self, view: _View, now: float) -> bool:
-        """Whether ``view``, whose record was just read for the first time, was live at the
-        change: heard within ``STALE_HEARTBEATS`` of its heartbeat intervals before it (at
-        least ``LIVE_AT_CHANGE_S``; a replica that joined since was heard after it). A record
-        already gone is judged by the score: a record expires ``RECORD_TTL_HEARTBEATS``
-        intervals after the last heartbeat, which bounds the interval of a replica silent since
-        its score, and so how long before the change it could have been heard and still be
-        live then."""
-        at = self.changed_ts if self.changed_ts is not None else now
-        if view.present:
-            return view.heard_within(at, LIVE_AT_CHANGE_S)
-        if view.score is None:
-            return False  # known from an acknowledgement only, and no record
-        heard = view.score / 1000.0
-        longest = (now - heard) / RECORD_TTL_HEARTBEATS  # its interval, at most
-        return at - heard <= max(STALE_HEARTBEATS * longest, LIVE_AT_CHANGE_S)
+    def _pause_of(self, replica: str) -> bool:
+        """Whether ``replica`` is waited for to be quiet (else to run)."""
+        return self.pause if self.scope is None else self.scope.held(replica, self.pause)
 
     async def _follow(
         self, sub: Subscription | None, own: Subscription | None, deadline: float
@@ -307,7 +298,8 @@ class _Run:
         """Read the records of ``ids`` (views already made): a replica read for the first
         time is waited for only if it was live at the change; each one waited for is pending
         until it gets there."""
-        records = await self.w.reads.records(ids, _WAIT_FIELDS)
+        scope = self.scope
+        records = await self.w.reads.records(ids, scoped_fields(scope))
         now = time.time()
         required, pending = self.required, self.pending
         for replica_id, values in zip(ids, records, strict=True):
@@ -315,16 +307,20 @@ class _Run:
             if view is None:
                 view = self.views[replica_id] = _View(replica_id)
             view.from_record(values, now)
+            if scope is not None:
+                scope.note(replica_id, values)
             if not view.judged:
                 view.judged = True
                 # a record key that is not a hash (None) is skipped, as every reader does
-                if values is not None and self._live_at_change(view, now):
+                at = self.changed_ts if self.changed_ts is not None else now
+                if values is not None and view.live_at_change(at, now, LIVE_AT_CHANGE_S) and \
+                        (scope is None or scope.admits(replica_id)):
                     required.add(replica_id)
                 else:  # stale at the change, or an id an acknowledgement alone named
                     required.discard(replica_id)
                     pending.discard(replica_id)
             if replica_id in required:
-                if view.reached(self.version, self.pause):
+                if view.reached(self.version, self._pause_of(replica_id)):
                     pending.discard(replica_id)
                 else:
                     pending.add(replica_id)
@@ -334,7 +330,8 @@ class _Run:
         batch that answers only with those that disagree."""
         log.debug("fleet %s: checking the records of %d replicas against their acks",
                   self.w.keys.fleet, len(ids))
-        batches = disagreements(self.w.confirm_script, self.w.reads, ids, self.version, self.pause)
+        batches = scoped_disagreements(self.w.confirm_script, self.w.reads, ids, self.version,
+                                       self._pause_of)
         async for batch, disagree in batches:
             now = time.time()
             for r in batch:
@@ -377,7 +374,8 @@ class _Run:
         state = self.state
         changed = state.changed_at or state.since if state is not None else None
         times = _Times(changed)
-        results = [self.views[r].result(r not in self.pending, times, self.version, self.pause)
+        results = [self.views[r].result(r not in self.pending, times, self.version,
+                                        self._pause_of(r))
                    for r in sorted(self.required)]
         lost = self._redis_lost_at()
         report = WaitReport(

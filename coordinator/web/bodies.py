@@ -33,6 +33,7 @@ from replica.contract import (
 )
 from replica.contract.holds import validate_hold
 from replica.contract.limits import MAX_BACKLOG
+from replica.contract.selectors import canonical_selector
 from replica.errors import ContractError
 
 _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
@@ -108,6 +109,12 @@ class PauseRequest(_WriteBody):
         "Block until every live replica is quiet (with a future 'at': until each has the "
         "schedule, i.e. acknowledged the version)."))
     timeout: float = _timeout()
+    select: str | None = Field(default=None, max_length=1000, description=(
+        "Hold only the replicas whose labels match this Kubernetes label selector "
+        "(zone=eu-west-1a); 'wait' waits for those."))
+    dry_run: bool = Field(default=False, description=(
+        "Answer what the change would do (holds before and after, replicas held or released) "
+        "and write nothing."))
     _starts_at: datetime | None = PrivateAttr(default=None)
     _window_s: float | None = PrivateAttr(default=None)
 
@@ -115,6 +122,11 @@ class PauseRequest(_WriteBody):
     @classmethod
     def _valid_hold(cls, value: str | None) -> str | None:
         return _hold(value)
+
+    @field_validator("select")
+    @classmethod
+    def _selector(cls, value: str | None) -> str | None:
+        return None if value is None else canonical_selector(value)
 
     @field_validator("for_")
     @classmethod
@@ -183,6 +195,9 @@ class ResumeRequest(_WriteBody):
     all_: bool = Field(default=False, alias="all", description="Release every hold.")
     wait: bool = Field(default=False, description="Block until every live replica is running.")
     timeout: float = _timeout()
+    dry_run: bool = Field(default=False, description=(
+        "Answer what the change would do (holds before and after, replicas held or released) "
+        "and write nothing."))
 
     @field_validator("reason", mode="before")
     @classmethod

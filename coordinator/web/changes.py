@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from redis.exceptions import RedisError
 
+from coordinator.fleet.dryrun import dry_run_dict
 from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import WaitReport
@@ -134,12 +135,17 @@ async def pause_outcome(
     change did (``change``: ``HoldChange.to_dict``); a hold past the most a fleet may have is a
     409 (``hold_conflict``)."""
     window = body.window
-    return await _recorded(fleet, "pause", body.hold, body.wait, body.timeout, max_wait,
-                           lambda: fleet.pause(
-                               body.reason, by=by, expected_for=window,
-                               auto_resume_after=window if body.auto_resume else None,
-                               hold=body.hold, starts_at=body.starts_at,
-                               reschedule=body.reschedule, for_wait=body.wait))
+
+    def change(dry_run: bool = False) -> Awaitable[FleetState]:
+        return fleet.pause(body.reason, by=by, expected_for=window,
+                           auto_resume_after=window if body.auto_resume else None,
+                           hold=body.hold, starts_at=body.starts_at, reschedule=body.reschedule,
+                           for_wait=body.wait and not dry_run, select=body.select,
+                           dry_run=dry_run)
+    if body.dry_run:
+        return await dry_outcome(fleet, lambda: change(True), body.timeout, max_wait)
+    # a wait for a selected hold waits for its replicas to be quiet, the others to run
+    return await _recorded(fleet, "pause", body.hold, body.wait, body.timeout, max_wait, change)
 
 
 async def resume_outcome(
@@ -149,10 +155,29 @@ async def resume_outcome(
     (``bounded_change``), with what the change did; an ambiguous resume is a 409, a hold the
     fleet does not have a 404 (``hold_conflict``), and nothing changed."""
     stagger = None if body.stagger_seconds is None else timedelta(seconds=body.stagger_seconds)
+    if body.dry_run:
+        return await dry_outcome(fleet, lambda: fleet.resume(
+            by=by, stagger=stagger, reason=body.reason, hold=body.hold, all=body.all_,
+            dry_run=True), body.timeout, max_wait)
     return await _recorded(fleet, "resume", body.hold, body.wait, body.timeout, max_wait,
                            lambda: fleet.resume(by=by, stagger=stagger, reason=body.reason,
                                                 hold=body.hold, all=body.all_,
                                                 for_wait=body.wait))
+
+
+async def dry_outcome(fleet: Fleet, change: Callable[[], Awaitable[FleetState]],
+                      timeout: float, max_wait: float) -> Outcome:
+    """A body's ``dry_run``: what the change would do (``coordinator.fleet.dryrun``), written
+    nowhere; a change refused is refused as it would be (409, 404, 422)."""
+    try:
+        outcome = await bounded_change(fleet, change, wait=False, timeout=timeout,
+                                       max_wait=max_wait)
+    except HoldConflict as exc:
+        return hold_conflict(exc)
+    dry = fleet.dry_run_result
+    if outcome.status != 200 or dry is None:
+        return outcome
+    return Outcome(dry_run_dict(dry, (await fleet.status()).replicas, now_utc()))
 
 
 async def _recorded(

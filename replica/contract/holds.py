@@ -59,6 +59,22 @@ class ActiveHoldConflict(HoldConflict):
         self.hold = hold
 
 
+class NoCanaryConflict(HoldConflict):
+    """A canary ``promote`` or ``rollback`` of a hold no canary resume runs on (it has no
+    ``canaries``). Kind ``no_canary``; nothing changed."""
+
+    def __init__(self, fleet: str, holds: tuple[str, ...], hold: str) -> None:
+        ContractError.__init__(
+            self,
+            f"hold {hold!r} of fleet {fleet} has no canary resume running: start one with "
+            "resume --hold NAME --canary N, or release the hold with resume --hold NAME",
+        )
+        self.kind = "no_canary"
+        self.fleet = fleet
+        self.holds = holds
+        self.hold = hold
+
+
 def validate_hold(name: object) -> str:
     """Return ``name`` if it is a valid hold name (the rules of a fleet name), else raise
     ``ContractError``."""
@@ -267,6 +283,7 @@ __all__ = [
     "ActiveHoldConflict",
     "Hold",
     "Holds",
+    "NoCanaryConflict",
     "active_holds",
     "hold_applies",
     "holds_field_error",

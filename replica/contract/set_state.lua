@@ -16,6 +16,15 @@
 -- ARGV[15] the most holds a fleet may have       ARGV[16] "1": publish with SPUBLISH (a cluster)
 -- ARGV[17] "1": a pause with a future starts_at may reschedule a hold that is active now (it
 --          ends now, and starts again then); else such a pause is refused ("active")
+-- ARGV[18] a pause: the hold's label selector, stored as its `select` ("" = none: the hold holds
+--          every replica); replicas match it against their labels (the script does not)
+-- ARGV[19] a canary resume of the hold ARGV[12]: "canary" releases it on the replicas of ARGV[20]
+--          (a JSON list, stored as its `canaries`; audit canary_started), "rollback" puts it
+--          back on them (canary_rolled_back), "promote" releases it (canary_promoted); the last
+--          two answer {"no_canary", {names}} for a hold without canaries ("" = a plain change)
+-- ARGV[21] "1": a dry run: work out the change as ever, write, prune, audit and publish nothing,
+--          and answer {"dry", {field, value, ...}, <as "ok">, audit action, {warnings},
+--          holds before as JSON}
 --
 -- The fleet is paused while any hold is active: started (no starts_at, or starts_at <= now)
 -- and not ended (no auto_resume_at, or now < auto_resume_at). Ended holds are dropped. The
@@ -162,6 +171,13 @@ for name, hold in pairs(holds) do
   end
 end
 table.sort(names)
+local before_json = '{}'
+if next(holds) ~= nil then before_json = cjson.encode(holds) end
+local canary = ARGV[19] or ''
+local dry = ARGV[21] == '1'
+local function has_canaries(hold)
+  return hold ~= nil and type(hold.canaries) == 'table' and next(hold.canaries) ~= nil
+end
 
 local action = ARGV[1]
 local name = ARGV[12] or ''
@@ -186,12 +202,32 @@ if action == 'pause' then
   holds[name] = {
     reason = ARGV[2], by = ARGV[3], since = since, expected_until = opt(ARGV[5]),
     auto_resume_at = opt(ARGV[6]), starts_at = opt(scheduled and ARGV[14] or ''),
+    select = opt(ARGV[18] or ''),
   }
   if scheduled then event = 'hold_scheduled'
   elseif not was_paused then event = 'pause'
   elseif old ~= nil and active(old) then event = 'hold_updated'
   else event = 'hold_added' end
+elseif action == 'resume' and (canary == 'canary' or canary == 'rollback') then
+  local hold = holds[name]
+  if name == '' or hold == nil then return {'unknown', names} end
+  if canary == 'canary' then
+    local ok, ids = pcall(cjson.decode, ARGV[20] or '')
+    if not ok or type(ids) ~= 'table' or next(ids) == nil then
+      return redis.error_reply('ERR fleetgate: canaries must be a JSON list of replica ids')
+    end
+    hold.canaries = ids
+    event = 'canary_started'
+  else
+    if not has_canaries(hold) then return {'no_canary', names} end
+    hold.canaries = nil
+    event = 'canary_rolled_back'
+  end
 elseif action == 'resume' then
+  if canary == 'promote' then
+    if name == '' or holds[name] == nil then return {'unknown', names} end
+    if not has_canaries(holds[name]) then return {'no_canary', names} end
+  end
   local released = nil
   if ARGV[13] == '1' then
     if #names == 0 then return {'noop', cur, count(), '', warnings} end
@@ -215,7 +251,7 @@ else
 end
 
 -- a change is made: replicas silent too long leave the set (a no-op writes nothing)
-if replicas_ok and ARGV[11] and ARGV[11] ~= '' then
+if replicas_ok and ARGV[11] and ARGV[11] ~= '' and not dry then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. ARGV[11])
 end
 
@@ -254,6 +290,7 @@ reason = cut(reason, 1000)
 if action == 'resume' and not paused and was_paused then event = 'resume' end
 if action == 'pause' and paused and not was_paused and not scheduled then event = 'pause' end
 if action == 'pause' and scheduled and was_paused and not paused then event = 'resume' end
+if canary == 'promote' then event = 'canary_promoted' end
 
 local since = now
 if paused == was_paused and h['since'] and h['since'] ~= '' then since = h['since'] end
@@ -268,12 +305,17 @@ local new = {
   holds_version = tostring(version),
 }
 if h['restored_at'] then new['restored_at'] = h['restored_at'] end
+if dry then return {'dry', flat(new), count(), event, warnings, before_json} end
 redis.call('HSET', KEYS[1], unpack(flat(new)))
 local audit = {'action', event, 'hold', name, 'reason', ARGV[2], 'by', ARGV[3],
   'version', tostring(version), 'at', now}
 if action == 'pause' and scheduled then
   audit[#audit + 1] = 'starts_at'
   audit[#audit + 1] = ARGV[14]
+end
+if canary == 'canary' then
+  audit[#audit + 1] = 'canaries'
+  audit[#audit + 1] = table.concat(holds[name].canaries, ',')
 end
 if action == 'pause' and ARGV[6] ~= '' then
   audit[#audit + 1] = 'auto_resume_at'

@@ -1,0 +1,187 @@
+"""Holds for part of a fleet and canary resumes, with real ``fleetgate-replica`` processes and
+the ``fleetgate`` CLI (issue 22 B and C): a selected hold holds only the replicas its selector
+matches while ``--wait`` waits only for them; a dry run writes nothing; a canary resume
+promotes when its canaries stay quiet and puts the hold back when they fail."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from coordinator import Fleet
+from coordinator.fleet.models import ReplicaInfo
+from replica.contract import Keys
+from replica.demo import dependency_key
+from tests.fleetkit import run_cli, until
+from tests.procs import ReplicaProcess, base_env, enqueue, spawn, wait_healthy
+
+EU, US = "zone=eu-west-1a", "zone=us-east-1a"
+START_S = 90.0
+"""How long a replica may take to answer /healthz (a loaded CI machine starts Python slowly)."""
+
+
+async def _start(started: list[ReplicaProcess], redis_url: str, fleet: str, tmp_path: Path,
+                 labels: Mapping[str, str], **settings: Any) -> None:
+    """Start a replica per id with its labels (each killed by ``started``'s fixture)."""
+    env = base_env(redis_url, fleet, **settings)
+    for rid, lab in labels.items():
+        started.append(spawn(rid, {**env, "FLEETGATE_LABELS": lab}, tmp_path))
+    for i, rp in enumerate(started):
+        try:
+            await wait_healthy(rp, deadline=START_S)
+        except RuntimeError:
+            if "cannot listen" not in rp.log():
+                raise
+            started[i] = spawn(rp.id, rp.env, tmp_path)  # lost a port race: one more try
+            await wait_healthy(started[i], deadline=START_S)
+
+
+@pytest.fixture
+async def started(tmp_path: Path) -> AsyncIterator[list[ReplicaProcess]]:
+    procs: list[ReplicaProcess] = []
+    try:
+        yield procs
+    finally:
+        for rp in procs:
+            rp.kill()
+        for rp in procs:
+            rp.proc.wait(timeout=10)
+
+
+async def _replicas(redis: aioredis.Redis, fleet: str) -> dict[str, ReplicaInfo]:
+    return {r.id: r for r in (await Fleet(redis, fleet).status()).replicas}
+
+
+async def _cli(redis_url: str, fleet: str, *args: str) -> Any:
+    t0 = time.monotonic()
+    done = await asyncio.to_thread(run_cli, *args, redis_url=redis_url, fleet=fleet)
+    print(f"fleetgate {' '.join(args)}: exit {done.returncode} in "
+          f"{time.monotonic() - t0:.1f}s\n{done.stdout}{done.stderr}")
+    return done
+
+
+@pytest.mark.timeout(300)
+async def test_a_selected_hold_holds_only_its_replicas_while_wait_waits_only_for_them(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str, tmp_path: Path,
+    started: list[ReplicaProcess],
+) -> None:
+    await _start(started, redis_url, fleet_name, tmp_path,
+                 {"eu-1": EU + ",version=1.4.2", "eu-2": EU, "us-1": US})
+
+    async def labelled() -> bool:
+        return all(r.labels for r in (await _replicas(redis, fleet_name)).values()) and \
+            len(await _replicas(redis, fleet_name)) == 3
+    await until(labelled)
+    await enqueue(redis, fleet_name, 5000)
+
+    done = await _cli(redis_url, fleet_name, "pause", "--hold", "zone-a", "--select", EU,
+                      "--reason", "az failover", "--wait", "--timeout", "30s")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("added hold zone-a; ") or lines[0].startswith("paused")
+    assert lines[0].endswith("select 'zone=eu-west-1a' matches 2 of 3 live replicas"), lines[0]
+    waited = "\n".join(lines[1:])
+    assert "eu-1" in waited and "eu-2" in waited and "us-1" not in waited
+
+    replicas = await _replicas(redis, fleet_name)
+    for rid in ("eu-1", "eu-2"):
+        assert replicas[rid].holds == {"fleet:zone-a": "az failover"} and replicas[rid].quiet
+    assert replicas["us-1"].holds == {}
+    assert replicas["eu-1"].labels == {"zone": "eu-west-1a", "version": "1.4.2"}
+    processed = replicas["us-1"].processed
+
+    async def us_works() -> bool:  # the replica the selector does not match keeps working
+        return (await _replicas(redis, fleet_name))["us-1"].processed > processed + 5
+    await until(us_works)
+
+    status = await _cli(redis_url, fleet_name, "status", "--all")
+    assert "select 'zone=eu-west-1a', holds 2 of 3 replicas" in status.stdout
+    body = json.loads((await _cli(redis_url, fleet_name, "status", "--json")).stdout)
+    assert body["state"]["holds"]["zone-a"]["holding"] == 2
+    assert body["state"]["holds"]["zone-a"]["select"] == "zone=eu-west-1a"
+
+    # a selector that matches no live replica: said in the first line, and --wait fails
+    none = await _cli(redis_url, fleet_name, "pause", "--hold", "zone-c", "--select",
+                      "zone=ap-south-1a", "--reason", "x", "--wait")
+    assert none.returncode == 3
+    assert none.stdout.splitlines()[0].endswith(
+        "select 'zone=ap-south-1a' matches no live replica (of 3)")
+    assert none.stderr.strip().startswith("fleetgate: --wait: select 'zone=ap-south-1a' "
+                                          "matches no live replica")
+
+    # a dry run says what a resume would do and writes nothing
+    version = await redis.hget(Keys(fleet_name).state, "version")
+    audit = await redis.xlen(Keys(fleet_name).audit)
+    dry = await _cli(redis_url, fleet_name, "resume", "--hold", "zone-a", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith("dry run: hold released; fleet ")
+    assert "would stay paused by zone-c" in dry.stdout
+    assert "2 released (eu-1, eu-2)" in dry.stdout
+    assert await redis.hget(Keys(fleet_name).state, "version") == version
+    assert await redis.xlen(Keys(fleet_name).audit) == audit
+
+    resumed = await _cli(redis_url, fleet_name, "resume", "--hold", "zone-a", "--wait")
+    assert resumed.returncode == 0, resumed.stderr
+    assert all(not r.holds for r in (await _replicas(redis, fleet_name)).values())
+
+
+@pytest.mark.timeout(300)
+async def test_a_canary_resume_promotes_when_its_canaries_stay_quiet_and_rolls_back_when_not(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str, tmp_path: Path,
+    started: list[ReplicaProcess],
+) -> None:
+    await _start(started, redis_url, fleet_name, tmp_path, {f"r-{i}": EU for i in range(4)},
+                 handler="replica.demo:flaky", max_retries=0, retry_backoff=0)
+
+    async def live() -> bool:
+        return len(await _replicas(redis, fleet_name)) == 4
+    await until(live)
+    await enqueue(redis, fleet_name, 2000)
+    paused = await _cli(redis_url, fleet_name, "pause", "--hold", "db", "-r", "pg", "--wait")
+    assert paused.returncode == 0, paused.stderr
+
+    # quiet canaries: promoted after the soak
+    ok = await _cli(redis_url, fleet_name, "resume", "--hold", "db", "--canary", "25%",
+                    "--soak", "2s", "--wait")
+    assert ok.returncode == 0, ok.stderr
+    first = ok.stdout.splitlines()[0]
+    assert first.startswith("canary resume of hold db: released on 1 of 4 replicas (r-")
+    assert "canaries stayed quiet for 2s: promoted, hold db released" in ok.stdout
+    actions = [e["action"] for e in json.loads(
+        (await _cli(redis_url, fleet_name, "history", "--json")).stdout)["events"]]
+    assert actions[:2] == ["canary_promoted", "canary_started"]
+
+    # the dependency goes down: the canaries fail their runs, and the hold goes back on them
+    paused = await _cli(redis_url, fleet_name, "pause", "--hold", "db", "-r", "pg", "--wait")
+    assert paused.returncode == 0, paused.stderr
+    await redis.hset(dependency_key_of(fleet_name), "down", "1")
+    await enqueue(redis, fleet_name, 2000)  # work for the canaries to fail at
+    bad = await _cli(redis_url, fleet_name, "resume", "--hold", "db", "--canary", "2",
+                     "--soak", "30s", "--wait")
+    assert bad.returncode == 8, (bad.stdout, bad.stderr)
+    canaries = bad.stdout.splitlines()[0].split("(")[1].split(")")[0].split(", ")
+    assert len(canaries) == 2
+    assert "rolled back" in bad.stdout and "failed runs" in bad.stderr
+    state = json.loads((await _cli(redis_url, fleet_name, "status", "--json")).stdout)
+    assert state["state"]["holds"]["db"]["canaries"] == []
+    actions = [e["action"] for e in json.loads(
+        (await _cli(redis_url, fleet_name, "history", "--json")).stdout)["events"]]
+    assert actions[:2] == ["canary_rolled_back", "canary_started"]
+
+    async def held_again() -> bool:
+        return all(r.holds.get("fleet:db") for r in (await _replicas(redis, fleet_name)).values())
+    await until(held_again)
+
+
+def dependency_key_of(fleet: str) -> str:
+    """The demo dependency's key of ``fleet`` (``replica.demo.dependency_key``)."""
+    class _Ctx:
+        keys = Keys(fleet)
+    return dependency_key(_Ctx())  # type: ignore[arg-type]
