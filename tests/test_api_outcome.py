@@ -27,6 +27,7 @@ from replica.contract import (
     now_utc,
 )
 from tests.apikit import ADMIN, VIEW, auth, client_for, make_settings, strict_json
+from tests.cpkit import until
 
 FLEET = "hung"
 GUARD_S = 30.0
@@ -136,8 +137,11 @@ async def test_an_applied_pause_whose_wait_redis_stops_answering_gets_202_with_i
             request = asyncio.create_task(
                 api.post("/api/fleet/pause", headers=auth(ADMIN), json=body)
             )
-            entries = await client.xread({keys.audit: "0"}, block=30_000)
-            assert entries, "the pause never reached the audit stream"
+            # the wait has begun (it subscribes to the acks first), so the change has had its
+            # answer: the audit entry alone comes before the change's last call returns
+            await until(lambda: _waiting(client, keys), timeout=GUARD_S,
+                        what="the request's wait to subscribe")
+            assert await client.xlen(keys.audit), "the pause never reached the audit stream"
             sleeper = hang(debug_redis, 60)
             async with asyncio.timeout(GUARD_S):
                 response = await request
@@ -152,6 +156,11 @@ async def test_an_applied_pause_whose_wait_redis_stops_answering_gets_202_with_i
     assert answer["wait"]["ok"] is False
     assert "applied" in answer["detail"] and "check the state" in answer["detail"]
     assert asleep
+
+
+async def _waiting(client: aioredis.Redis, keys: Keys) -> bool:
+    ((_, subscribers),) = await client.pubsub_numsub(keys.acks)
+    return bool(subscribers)
 
 
 @pytest.mark.slow
