@@ -167,29 +167,20 @@ def test_the_overview_draws_every_fleet_and_one_that_cannot_be_read_says_so(
 def test_a_selected_hold_and_a_canary_resume_are_drawn_with_what_they_hold(
     private_redis: LocalRedis,
 ) -> None:
-    """A hold for part of the fleet and one a canary resume has released on two replicas, as the
-    state carries them (``select``, ``canaries``: the contract's hold fields,
-    ``replica.contract.holds``). Written into the state here: ``Fleet.pause`` does not take a
-    selector yet, nor ``resume`` a canary, in this tree."""
+    """A hold for part of the fleet (``pause(select=...)``) and one a canary resume has released
+    on two replicas (``resume(canary="canary", canaries=[...])``), through the real ``Fleet``
+    calls: the lanes name their selectors, the canary phase is a bar of its own."""
     executable = chromium_or_skip()
     from playwright.sync_api import expect
 
     async def make(client: aioredis.Redis) -> None:
         fleet = Fleet(client, "zones")
-        await fleet.pause("eu-west-1a database failover", by="alice", hold="zone-a")
-        await fleet.pause("bad build 1.4.2", by="bob", hold="v142")
-        await spread(client, "zones", [6, 3])
-        keys = Keys("zones")
-        holds = json.loads(await client.hget(keys.state, "holds") or "{}")
-        holds["zone-a"]["select"] = "zone=eu-west-1a"
-        holds["v142"]["select"] = "version=1.4.2"
-        holds["v142"]["canaries"] = ["zones-1", "zones-2"]
-        await client.hset(keys.state, "holds", json.dumps(holds))
-        # the entry set_state.lua appends for that canary resume, an hour ago
-        await client.xadd(keys.audit, {
-            "action": "canary_started", "hold": "v142", "reason": "try two", "by": "carol",
-            "version": "3", "at": format_time(now_utc() - timedelta(hours=1)),
-            "canaries": "zones-1,zones-2"})
+        await fleet.pause("eu-west-1a database failover", by="alice", hold="zone-a",
+                          select="zone=eu-west-1a")
+        await fleet.pause("bad build 1.4.2", by="bob", hold="v142", select="version=1.4.2")
+        await fleet.resume(by="carol", hold="v142", reason="try two", canary="canary",
+                           canaries=["zones-1", "zones-2"])
+        await spread(client, "zones", [6, 3, 1])
 
     run_async(make, private_redis.url)
     with Server(settings(private_redis.url, "zones")) as server, \
