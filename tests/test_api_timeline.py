@@ -241,3 +241,26 @@ def test_a_canary_resume_is_a_phase_of_its_hold_and_a_promotion_ends_it() -> Non
     assert spans["b"]["canary"]["outcome"] == "promoted"
     assert (spans["b"]["end"], spans["b"]["ended"], spans["b"]["ended_by"]) == (
         at[40], "promoted", "ops")
+
+
+async def test_a_selected_hold_and_a_promoted_canary_resume_from_real_fleet_calls(
+    redis_url: str, redis: aioredis.Redis, fleet_name: str
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    await fleet.pause("zone failover", by="alice", hold="zone-a", select="zone=eu-west-1a")
+    await fleet.pause("bad build", by="bob", hold="v142", select="version=1.4.2")
+    await fleet.resume(by="carol", hold="v142", canary="canary", canaries=["r-1", "r-2"])
+    await fleet.resume(by="carol", hold="v142", canary="promote")
+    times = await audit_times(fleet)
+    async with client_for(create_app(make_settings(redis_url, fleet_name), run_watcher=False)
+                          ) as api:
+        body = await timeline(api, fleet_name)
+    assert body["skipped"] == 0
+    spans = {s["hold"]: s for s in body["spans"]}
+    zone, v142 = spans["zone-a"], spans["v142"]
+    assert (zone["select"], zone["open"]) == ("zone=eu-west-1a", True)
+    assert v142["canary"] == {"start": times[("canary_started", "v142")],
+                              "end": times[("canary_promoted", "v142")], "outcome": "promoted",
+                              "replicas": ["r-1", "r-2"], "by": "carol"}
+    assert (v142["end"], v142["ended"], v142["ended_by"]) == (
+        times[("canary_promoted", "v142")], "promoted", "carol")
