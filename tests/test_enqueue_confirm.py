@@ -162,6 +162,26 @@ async def test_a_sentinel_primary_alone_after_its_replica_died_is_not_waited_on(
     assert waits(sentinel_group.master().url) == 0
 
 
+async def test_a_sentinel_primary_alone_is_waited_on_when_a_sentinel_does_not_answer(
+    sentinel_group: SentinelGroup, fleet_name: str
+) -> None:
+    """Only the sentinel leading a ``SENTINEL FAILOVER`` says "failover in progress" until the
+    others learn the new master: one that does not answer cannot vouch that the primary alone
+    is not being replaced (a 10-minute chaos run wrote an item unwaited to an old primary so,
+    reported confirmed, and its demotion lost it)."""
+    (replica,) = sentinel_group.replica_nodes()
+    replica.kill()
+    sentinel_group.sentinels[2].kill()
+    redis = connect(sentinel_group.url, decode_responses=True)
+    try:
+        fleet = Fleet(redis, fleet_name, min_replicas_timeout=SHORT)
+        with pytest.raises(NotConfirmed):
+            await fleet.enqueue(items(2, "unsure"))
+    finally:
+        await redis.aclose()
+    assert waits(sentinel_group.master().url) == 1
+
+
 async def test_a_replica_back_since_the_primary_was_found_alone_is_waited_on(
     sentinel_group: SentinelGroup, fleet_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,7 +13,7 @@ connected:
   7 confirmed items so; a server that refuses ``ROLE`` is waited on all the same). A standalone
   server without replicas is never waited on: ``WAIT`` would block its whole timeout there.
   A primary reached through Sentinel that shows no replicas is waited on all the same unless
-  every sentinel that answers names it as the master with no failover in progress: during a
+  every sentinel answers and names it as the master with no failover in progress: during a
   ``SENTINEL FAILOVER`` (or a partition) the old primary, its replica promoted away and itself
   not yet demoted (about ten seconds here), takes writes that the demotion then discards;
 * ``WAIT`` answering fewer replicas than asked (or not answering) does not undo anything: the
@@ -228,9 +228,11 @@ class Confirmation:
 
 
 async def _named_alone(conn: Any) -> bool:
-    """Every sentinel that answers names ``conn``'s server as the master, with no failover in
-    progress (``SENTINEL MASTER``). A sentinel that does not answer is passed over; none
-    answering is False (wait: it cannot be told)."""
+    """Every sentinel names ``conn``'s server as the master, with no failover in progress
+    (``SENTINEL MASTER``). One that does not answer makes it False (wait: it cannot be told):
+    the sentinel leading a ``SENTINEL FAILOVER`` is the only one that says "failover in
+    progress" until the others learn the new master, and passed over (slow, under load) it let
+    a 10-minute chaos run write an item unwaited to the old primary, confirmed, and lost."""
     pool = getattr(conn, "connection_pool", None)
     manager = getattr(pool, "sentinel_manager", None)
     service = getattr(pool, "service_name", None)
@@ -242,7 +244,7 @@ async def _named_alone(conn: Any) -> bool:
         try:
             state = await sentinel.sentinel_master(service)
         except (RedisError, OSError, TimeoutError):
-            continue
+            return False
         answered = True
         flags = state.get("flags", "")
         named = (str(state.get("ip")), int(state.get("port", 0)))
