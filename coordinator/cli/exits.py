@@ -29,6 +29,7 @@ EXIT_NOT_CONFIRMED: Final = 4
 EXIT_OUTCOME_UNKNOWN: Final = 5
 EXIT_UNKNOWN_FLEET: Final = 6
 EXIT_BACKLOG_FULL: Final = 7
+EXIT_ROLLED_BACK: Final = 8
 EXIT_INTERRUPTED: Final = 130
 EXIT_TERMINATED: Final = 143
 
@@ -41,6 +42,7 @@ EXIT_STATUSES: Final = {
     EXIT_OUTCOME_UNKNOWN: "the outcome of a change is unknown",
     EXIT_UNKNOWN_FLEET: "no such fleet on this Redis (a mistyped name)",
     EXIT_BACKLOG_FULL: "enqueue refused by the fleet's backlog limit: nothing of the batch written",
+    EXIT_ROLLED_BACK: "a canary resume's soak saw trouble: the hold is back on the canaries",
     EXIT_INTERRUPTED: "interrupted by Ctrl-C (SIGINT)",
     EXIT_TERMINATED: "stopped by SIGTERM",
 }
@@ -66,6 +68,7 @@ __all__ = [
     "EXIT_NOT_CONFIRMED",
     "EXIT_OK",
     "EXIT_OUTCOME_UNKNOWN",
+    "EXIT_ROLLED_BACK",
     "EXIT_STATUSES",
     "EXIT_TERMINATED",
     "EXIT_TIMEOUT",

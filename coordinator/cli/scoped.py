@@ -16,11 +16,11 @@ checks the options, then hands over here).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final
+from typing import Any
 
 from coordinator import render
 from coordinator.cli import multi
-from coordinator.cli.exits import EXIT_TIMEOUT, EXIT_USAGE, CliError, usage
+from coordinator.cli.exits import EXIT_ROLLED_BACK, EXIT_TIMEOUT, EXIT_USAGE, CliError, usage
 from coordinator.cli.output import console, emit_json
 from coordinator.cli.runner import Progress, run_with_fleet
 from coordinator.durations import format_age
@@ -34,9 +34,6 @@ from coordinator.settings import CoordinatorSettings
 from replica.contract import FleetState, now_utc
 from replica.contract.selectors import canonical_selector
 from replica.errors import ContractError, HoldConflict
-
-EXIT_ROLLED_BACK: Final = 8
-"""A canary resume's soak saw trouble: the hold is back on the canaries."""
 
 
 def select_option(value: str) -> str:
