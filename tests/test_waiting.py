@@ -329,6 +329,12 @@ async def test_a_listening_wait_does_not_wait_for_a_replica_already_stale_at_the
 # ---------------------------------------------------------------------------- real processes
 
 
+def _stopped(pid: int) -> bool:
+    """The process is stopped (state T in /proc): what it had sent has gone."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
 @contextlib.asynccontextmanager
 async def _one_frozen_with_an_item_in_flight(
     redis: aioredis.Redis, redis_url: str, fleet: str, log_dir: Path
@@ -348,6 +354,11 @@ async def _one_frozen_with_an_item_in_flight(
 
         await until(slow_busy, timeout=30, what="the slow replica's record in flight")
         slow.signal(signal.SIGSTOP)  # a long GC pause, a throttled container, a cut-off node
+        await until(lambda: _stopped(slow.proc.pid), what="the slow replica to be stopped")
+        # its record expires 3 heartbeats (3 s) after its last write; a CLI that starts slowly
+        # on a loaded machine would find it gone. Keep it for the test: the tests read it as
+        # it was when the replica froze (a test that needs it expired deletes it)
+        await redis.pexpire(Keys(fleet).replica(slow.id), 120_000)
         try:
             yield fast, slow
         finally:
@@ -380,6 +391,7 @@ async def test_pause_and_resume_wait_exit_3_naming_a_frozen_replica_unreachable(
         paused = await asyncio.to_thread(
             run_cli, "pause", "--reason", "db migration", "--wait", "--timeout", "4s", "--json",
             redis_url=redis_url, fleet=fleet_name)
+        await redis.delete(Keys(fleet_name).replica(frozen.id))  # its record expired
         resumed = await asyncio.to_thread(
             run_cli, "resume", "--wait", "--timeout", "4s",
             redis_url=redis_url, fleet=fleet_name)
