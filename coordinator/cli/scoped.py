@@ -30,6 +30,7 @@ from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import WaitReport
 from coordinator.fleet.registry import list_fleets
 from coordinator.fleet.waitscope import WaitScope, among, selected
+from coordinator.fleet.waitscope import matching as counted
 from coordinator.settings import CoordinatorSettings
 from replica.contract import FleetState, now_utc
 from replica.contract.selectors import canonical_selector
@@ -46,9 +47,7 @@ def select_option(value: str) -> str:
 
 async def matching(fleet: Fleet, select: str) -> tuple[int, int]:
     """How many live replicas ``select`` matches, of how many live ones (records' labels)."""
-    admit = selected(select)
-    live = [r for r in (await fleet.status()).replicas if not r.stale]
-    return sum(1 for r in live if admit(r.id, r.labels)), len(live)
+    return counted(select, (await fleet.status()).replicas)
 
 
 def matched_text(select: str, matched: int, live: int) -> str:

@@ -13,12 +13,13 @@ all (not in the report).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.fleet.acks import _WAIT_FIELDS
 from coordinator.fleet.confirm import disagreements
+from coordinator.fleet.models import ReplicaInfo
 from coordinator.fleet.reads import Reads
 from replica.contract import R_LABELS, FleetState, now_utc, text
 from replica.contract.selectors import check_labels, parse_selector
@@ -40,6 +41,15 @@ def selected(select: str) -> Admit:
     except ContractError:
         return lambda _rid, _labels: True
     return lambda _rid, labels: selector.matches(labels)
+
+
+def matching(select: str, replicas: Iterable[ReplicaInfo]) -> tuple[int, int]:
+    """How many live replicas ``select`` matches, of how many live ones (the records' labels):
+    what ``pause --select`` and the API's ``select`` say, and whether a wait has anyone to
+    wait for."""
+    admit = selected(select)
+    live = [r for r in replicas if not r.stale]
+    return sum(1 for r in live if admit(r.id, r.labels)), len(live)
 
 
 def among(ids: frozenset[str] | set[str]) -> Admit:
@@ -116,5 +126,5 @@ async def scoped_disagreements(
                 yield batch, disagree
 
 
-__all__ = ["Admit", "Scope", "WaitScope", "among", "begin", "labels_of", "partial", "scoped_disagreements",
+__all__ = ["Admit", "Scope", "WaitScope", "among", "begin", "labels_of", "matching", "partial", "scoped_disagreements",
            "scoped_fields", "selected"]

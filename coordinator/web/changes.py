@@ -18,6 +18,11 @@ replicas, both within the request's ``timeout``.
   holds a fleet may have and an ``at`` for a hold active now without ``reschedule`` (kind
   ``active``) are 409, a hold the fleet does not have is 404, each
   ``{"detail", "kind", "holds"}`` naming the fleet's holds.
+* A pause with ``select`` says how many live replicas the selector matches (``selected``:
+  ``{"select", "matched", "live"}``, counted before the change) and its ``wait`` waits for those
+  only, as ``pause --select --wait`` does (``coordinator.fleet.waitscope``). A selector that
+  matches no live replica holds no one: with ``wait`` the answer is 202 with a ``detail`` saying
+  so and a wait report that is not ok and lists no replica (nothing was waited for).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from coordinator.fleet.dryrun import dry_run_dict
 from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import WaitReport
+from coordinator.fleet.waitscope import WaitScope, matching, selected
 from coordinator.render import action_dict, describe_change
 from coordinator.web.bodies import PauseRequest, ResumeRequest
 from replica.contract import FleetState, now_utc
@@ -61,9 +67,11 @@ async def bounded_change(
     wait: bool,
     timeout: float,
     max_wait: float,
+    scope: WaitScope | None = None,
 ) -> Outcome:
-    """Run ``change`` and, with ``wait``, wait for its version, all within ``timeout``.
-    Raises ``OutcomeUnknown`` when the change got no answer in time."""
+    """Run ``change`` and, with ``wait``, wait for its version (for the replicas ``scope``
+    admits), all within ``timeout``. Raises ``OutcomeUnknown`` when the change got no answer in
+    time."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     bound = asyncio.timeout_at(deadline)
@@ -78,7 +86,7 @@ async def bounded_change(
         if not bound.expired():
             raise
         raise OutcomeUnknown(f"no answer within the request's timeout ({timeout:g} s)") from None
-    outcome = await _wait(fleet, state, wait, deadline, max_wait)
+    outcome = await _wait(fleet, state, wait, deadline, max_wait, scope)
     return outcome if unconfirmed is None else _unconfirmed(outcome, unconfirmed)
 
 
@@ -98,7 +106,8 @@ def _unconfirmed(outcome: Outcome, exc: NotConfirmed) -> Outcome:
 
 
 async def _wait(
-    fleet: Fleet, state: FleetState, wait: bool, deadline: float, max_wait: float
+    fleet: Fleet, state: FleetState, wait: bool, deadline: float, max_wait: float,
+    scope: WaitScope | None,
 ) -> Outcome:
     """With ``wait``, wait for ``state``'s version until ``deadline``, capped by ``max_wait``."""
     if not wait:
@@ -108,7 +117,7 @@ async def _wait(
     started = loop.time()
     try:
         async with asyncio.timeout(budget + WAIT_GRACE_S):
-            report = await fleet.wait(state.version, timeout=budget)
+            report = await fleet.wait(state.version, timeout=budget, scope=scope)
     except (RedisError, OSError, TimeoutError) as exc:
         log.warning("fleet %s: v%d applied, but Redis stopped answering during the wait: %r",
                     fleet.name, state.version, exc)
@@ -144,8 +153,39 @@ async def pause_outcome(
                            dry_run=dry_run)
     if body.dry_run:
         return await dry_outcome(fleet, lambda: change(True), body.timeout, max_wait)
-    # a wait for a selected hold waits for its replicas to be quiet, the others to run
-    return await _recorded(fleet, "pause", body.hold, body.wait, body.timeout, max_wait, change)
+    if body.select is None:  # a wait for a hold of part of the fleet (another's selector, a
+        # canary resume) waits for the replicas it holds to be quiet, the others to run
+        return await _recorded(fleet, "pause", body.hold, body.wait, body.timeout, max_wait,
+                               change)
+    return await _selected_pause(fleet, body, body.select, max_wait, change)
+
+
+async def _selected_pause(
+    fleet: Fleet, body: PauseRequest, select: str, max_wait: float,
+    change: Callable[[], Awaitable[FleetState]],
+) -> Outcome:
+    """A pause with ``select``: the live replicas it matches are counted first (nothing is
+    written yet: a Redis that does not answer is a 503), then the change, and ``wait`` waits
+    for those replicas only; with none, it waits for no one and says so (202)."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with asyncio.timeout(body.timeout):
+        matched, live = matching(select, (await fleet.status()).replicas)
+    left = max(0.0, body.timeout - (loop.time() - started))
+    waits = body.wait and matched > 0
+    outcome = await _recorded(fleet, "pause", body.hold, waits, left, max_wait, change,
+                              WaitScope(only=selected(select)))
+    out = {**outcome.body, "selected": {"select": select, "matched": matched, "live": live}}
+    if not body.wait or matched > 0 or outcome.status >= 400:
+        return Outcome(out, outcome.status)
+    version = int(out["state"]["version"]) if isinstance(out.get("state"), dict) else 0
+    out["wait"] = WaitReport(version=version, ok=False, action="pause", elapsed_s=0.0,
+                             replicas=[]).to_dict()
+    said = f"; {out['detail']}" if "detail" in out else ""
+    out["detail"] = (f"select {select!r} matches no live replica of fleet {fleet.name} "
+                     f"(0 of {live}): nothing is held, nothing to wait for; check the selector "
+                     f"and the replicas' labels (GET /api/fleet){said}")
+    return Outcome(out, 202)
 
 
 async def resume_outcome(
@@ -182,9 +222,9 @@ async def dry_outcome(fleet: Fleet, change: Callable[[], Awaitable[FleetState]],
 
 async def _recorded(
     fleet: Fleet, action: str, hold: str | None, wait: bool, timeout: float, max_wait: float,
-    call: Callable[[], Awaitable[FleetState]],
+    call: Callable[[], Awaitable[FleetState]], scope: WaitScope | None = None,
 ) -> Outcome:
-    """Run the change ``call`` through ``bounded_change``, keeping the state it made (also when
+    """Run the change ``call`` through ``bounded_change`` (``scope``: whom its wait waits for), keeping the state it made (also when
     no replica confirmed it: ``NotConfirmed`` carries it) for what the change did."""
     started, states = now_utc(), list[FleetState]()
 
@@ -199,7 +239,7 @@ async def _recorded(
 
     try:
         outcome = await bounded_change(fleet, change, wait=wait, timeout=timeout,
-                                       max_wait=max_wait)
+                                       max_wait=max_wait, scope=scope)
     except HoldConflict as exc:
         return hold_conflict(exc)
     return await _with_change(fleet, outcome, action, hold, started, states)
