@@ -16,6 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from coordinator import Fleet
+from coordinator.demo.localredis import LocalRedis
 from coordinator.fleet.models import ReplicaInfo
 from replica.contract import Keys
 from replica.demo import dependency_key
@@ -186,3 +187,48 @@ def dependency_key_of(fleet: str) -> str:
     class _Ctx:
         keys = Keys(fleet)
     return dependency_key(_Ctx())  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(300)
+async def test_a_dry_run_for_all_fleets_previews_each_fleet_and_writes_nothing(
+    private_redis: LocalRedis,
+) -> None:
+    """``pause --all-fleets --dry-run`` (issue 22 point 9): each fleet's preview, one paused
+    and one running, and neither fleet's version nor audit trail moves."""
+    url = private_redis.url
+    redis = aioredis.Redis.from_url(url, decode_responses=True)
+    try:
+        await Fleet(redis, "held").pause("pg upgrade", by="t", hold="db")
+        running = Fleet(redis, "running")
+        await running.pause("warm-up", by="t")
+        await running.resume(by="t")
+        keys = {name: Keys(name) for name in ("held", "running")}
+
+        async def written() -> dict[str, tuple[Any, int]]:
+            return {name: (await redis.hget(k.state, "version"), await redis.xlen(k.audit))
+                    for name, k in keys.items()}
+        before = await written()
+        for extra in ((), ("--json",)):
+            done = await asyncio.to_thread(
+                run_cli, "pause", "--hold", "maint", "--reason", "window", "--all-fleets",
+                "--dry-run", *extra, redis_url=url)
+            assert done.returncode == 0, done.stderr
+            if extra:
+                rows = {row["fleet"]: row for row in json.loads(done.stdout)}
+                assert set(rows) == {"held", "running"}
+                assert all(row["ok"] and row["dry_run"]["dry_run"] for row in rows.values())
+                assert list(rows["held"]["dry_run"]["holds_after"]) == ["db", "maint"]
+                assert rows["running"]["dry_run"]["paused_before"] is False
+                assert rows["running"]["dry_run"]["paused_after"] is True
+                continue
+            text = done.stdout
+            assert "fleet held:\n" in text and "fleet running:\n" in text, text
+            # each fleet its own section, in name order
+            held, running_part = text.split("fleet running:\n")
+            assert "fleet held would stay paused by db, maint" in held, text
+            assert "fleet running would be paused by maint" in running_part, text
+            assert "nothing was" in held and "nothing was" in running_part
+        assert await written() == before  # no version, no audit entry, on either fleet
+        assert (await Fleet(redis, "running").status()).state.paused is False
+    finally:
+        await redis.aclose()
