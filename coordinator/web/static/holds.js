@@ -1,5 +1,6 @@
 // fleetgate dashboard: a fleet's holds (state.holds: an object keyed by hold name, each
-// {reason, by, since, expected_until, auto_resume_at, starts_at, status}). The fleet is paused
+// {reason, by, since, expected_until, auto_resume_at, starts_at, status, select, canaries,
+// holding}). The fleet is paused
 // while any hold is active; a scheduled one starts at its starts_at. Each hold has its own
 // resume button (POST .../resume {"hold": NAME}); "Resume all holds" ({"all": true}) is there,
 // explicitly, whenever there are several.
@@ -25,12 +26,52 @@ window.FG.holds = (function () {
     return Object.keys(holds).sort().map((name) => [name, holds[name] || {}]);
   }
 
-  // The holds, as text for the overview: "db, payments (scheduled)".
+  // The holds, as text for the overview: "db, zone-a [zone=eu-west-1a], payments (scheduled)";
+  // a canary resume in progress says so: "v142 [version=1.4.2] (canary: 1 released)".
   function summaryText(holds, nowIso) {
-    return entries(holds).map(([name, h]) => [name, statusOf(h, nowIso)])
-      .filter(([, status]) => status !== "ended")
-      .map(([name, status]) => (status === "active" ? name : name + " (" + status + ")"))
+    return entries(holds).map(([name, h]) => [name, h, statusOf(h, nowIso)])
+      .filter(([, , status]) => status !== "ended")
+      .map(([name, h, status]) => {
+        let text = typeof h.select === "string" && h.select ? name + " [" + h.select + "]" : name;
+        if (status !== "active") text += " (" + status + ")";
+        const n = Array.isArray(h.canaries) ? h.canaries.length : 0;
+        if (n) text += " (canary: " + n + " released)";
+        return text;
+      })
       .join(", ");
+  }
+
+  // The replicas a hold is for: its selector ("select zone=eu-west-1a", or every replica), how
+  // many live replicas it holds now ("holds 2 of 6 replicas", from the records: `holding`), and a
+  // canary resume in progress ("canary: 1 of 4 released (orders-4)": its canaries of the
+  // replicas it applies to, those it holds and those it is released on).
+  function scopeCell(h, status, live) {
+    const td = document.createElement("td");
+    td.className = "hold-scope";
+    const line = (text, cls) => {
+      const div = document.createElement("div");
+      div.className = cls;
+      div.textContent = text;
+      td.appendChild(div);
+      return div;
+    };
+    const select = typeof h.select === "string" && h.select ? h.select : null;
+    line(select ? "select " + select : "every replica", "hold-select" + (select ? "" : " muted"))
+      .dataset.select = select || "";
+    const holding = typeof h.holding === "number" ? h.holding : null;
+    if (status === "active" && holding !== null) {
+      const of = typeof live === "number" ? " of " + live : "";
+      line("holds " + holding + of + (live === 1 ? " replica" : " replicas"), "hold-holding")
+        .dataset.holding = String(holding);
+    }
+    const canaries = Array.isArray(h.canaries) ? h.canaries.filter((c) => typeof c === "string") : [];
+    if (canaries.length) {
+      const total = holding !== null ? " of " + (holding + canaries.length) : "";
+      const div = line("canary: " + canaries.length + total + " released (" + canaries.join(", ") + ")",
+        "hold-canary");
+      div.dataset.canaries = canaries.join(",");
+    }
+    return td;
   }
 
   function until(h) {
@@ -59,6 +100,7 @@ window.FG.holds = (function () {
       tr.dataset.status = status;
       cell(tr, name, "hold-name");
       cell(tr, status, "hold-status status-" + status);
+      tr.appendChild(scopeCell(h, status, body.summary.live));
       cell(tr, h.reason, "reason");
       cell(tr, h.by, "by");
       cell(tr, status === "scheduled" ? "starts " + (h.starts_at || "-") : h.since, "at");

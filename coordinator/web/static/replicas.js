@@ -40,7 +40,25 @@ window.FG.replicas = (function () {
     const lagCell = cell(tr, lag, "lag");
     if (behind && !r.stale) lagCell.classList.add("warn");
     cell(tr, r.host, "host");
+    tr.appendChild(labelsCell(r.labels));
     return tr;
+  }
+
+  // The replica's labels (FLEETGATE_LABELS: what a hold's selector matches), a chip each
+  // ("zone=eu-west-1a"), sorted by key; "-" for none (or a record of an older release).
+  function labelsCell(labels) {
+    const td = document.createElement("td");
+    td.className = "labels";
+    const keys = labels && typeof labels === "object" ? Object.keys(labels).sort() : [];
+    td.dataset.labels = keys.map((k) => k + "=" + labels[k]).join(",");
+    if (keys.length === 0) td.textContent = "-";
+    for (const k of keys) {
+      const chip = document.createElement("span");
+      chip.className = "label-chip";
+      chip.textContent = k + "=" + labels[k];
+      td.appendChild(chip);
+    }
+    return td;
   }
 
   // The replicas that need attention, from a summary; a body of the older status shape (every
