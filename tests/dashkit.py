@@ -46,11 +46,27 @@ def dashboard_page(executable: str, height: int | None = None) -> Iterator[Any]:
                 profile, executable_path=executable, args=ARGS, headless=True, **viewport,
             )
             try:
-                yield context.new_page()
+                yield patient(context.new_page())
             finally:
                 context.close()
     finally:
         shutil.rmtree(profile, ignore_errors=True)
+
+
+PATIENCE_MS = 30_000
+"""How long a browser step or an ``expect`` may take: a hang guard, not a speed claim (the
+page polls every second; on a loaded 2-core machine a 1,000-replica render took over 5 s,
+Playwright's default)."""
+
+
+def patient(page: Any) -> Any:
+    """``page`` with Playwright's waits (actions, navigation and ``expect``) at PATIENCE_MS."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=PATIENCE_MS)
+    page.set_default_timeout(PATIENCE_MS)
+    page.set_default_navigation_timeout(PATIENCE_MS)
+    return page
 
 
 def chromium_or_skip() -> str:

@@ -21,7 +21,7 @@ import redis as syncredis
 from coordinator.demo.localredis import LocalRedis, free_port
 from coordinator.settings import CoordinatorSettings
 from replica.contract import Keys, format_time, now_utc
-from tests.dashkit import ADMIN, ARGS, Server, dashboard_page
+from tests.dashkit import ADMIN, ARGS, Server, dashboard_page, patient
 from tests.dashkit import chromium_or_skip as _chromium_or_skip
 from tests.fleetkit import ReplicaThread, wait_until
 
@@ -56,7 +56,7 @@ def test_pause_and_resume_from_the_dashboard_with_real_replicas(
                 viewport={"width": 1280, "height": 900},
             )
             try:
-                page = context.new_page()
+                page = patient(context.new_page())
                 page.goto(coordinator.fleet_url(fleet_name))
                 # no token yet: the page says so instead of showing data
                 expect(page.locator("#connection")).to_have_attribute("data-state", "auth")
@@ -206,7 +206,7 @@ def test_stale_data_is_greyed_out_saying_since_when_after_forget_a_wrong_token_o
                 viewport={"width": 1280, "height": 900},
             )
             try:
-                page = context.new_page()
+                page = patient(context.new_page())
                 page.goto(coordinator.fleet_url("stale"))
                 page.fill("#token", ADMIN)
                 page.fill("#reason", "stale drill")
