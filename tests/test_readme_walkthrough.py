@@ -178,6 +178,7 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
 
 
+@pytest.mark.timeout(480)
 def test_every_walkthrough_command_runs_against_real_replicas(
     redis_url: str, fleet_name: str, workdir: Path, processes: Processes
 ) -> None:
@@ -190,7 +191,9 @@ def test_every_walkthrough_command_runs_against_real_replicas(
     # a process group of its own: the fixture kills whatever the script left behind (it ends
     # with `kill $(jobs -p)`)
     proc = processes.start(["bash", "-c", script], cwd=workdir, env=env)
-    out, err = proc.communicate(timeout=100)
+    # a hang guard: eight sections with real replicas took 68 s alone and over 100 s beside
+    # the suite's other workers
+    out, err = proc.communicate(timeout=400)
     logs = "".join(
         f"\n--- {p.name}\n{p.read_text()[-3000:]}" for p in workdir.glob("*.log")
     )
