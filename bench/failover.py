@@ -2,7 +2,7 @@
 
 * Following a failover: SIZE controllers (10, 100) of one fleet, spread over worker processes
   (many ``FleetController``s per process, as in ``bench.fanout``), each on a client of its own
-  from ``replica.control.connect`` (the replica service's options), at the defaults
+  from ``replica.link.connect`` (the replica service's options), at the defaults
   (``poll_interval`` 1 s). The primary that holds the fleet is killed (SIGKILL); the figure is
   the time from the kill to the last controller *following* the new primary: the first record
   it writes there (its ``heartbeat_at``, this host's clock) that says ``control: connected``
@@ -41,7 +41,7 @@ from bench.workers import ROOT, RawSubscribers, run_controllers
 from bench.workers import expect as _expect
 from coordinator import Fleet
 from replica.contract import Keys, parse_time
-from replica.control.connect import connect
+from replica.link.connect import connect
 
 SIZES: Final = (10,) if QUICK else (10, 100)
 FANOUT_ROUNDS: Final = 2 if QUICK else 15

@@ -1,6 +1,8 @@
 """fleetgate, coordinator side: the operator's control of a fleet (``Fleet``), the CLI, the API.
 
-Imports ``replica`` (for the Redis contract); never the other way round. The layers, each
+Imports of ``replica`` only what both sides share: the contract, the Redis link
+(``replica.link``), a process's life (``replica.process``), errors and types, and the pool for
+the demo; never the other way round. The layers, each
 importing only those above it (``tests/test_layers.py`` holds them to it)::
 
     coordinator.durations, coordinator.settings   leaves: durations, settings, URL redaction

@@ -9,6 +9,9 @@ The layers, each importing only those above it (``tests/test_layers.py`` holds t
     replica.errors, replica.types   leaves: the exception hierarchy and type aliases
     replica.contract                the Redis contract both sides share (no redis, no pydantic)
     replica.pool                    the pausable pool and its holds (no redis, no pydantic)
+    replica.link, replica.process   what both sides use: the Redis link (connect, redisio,
+                                    subscription, diagnose) and a process's life (shutdown,
+                                    signals, exit statuses; the HTTP guard; tracing)
     replica.control                 following the fleet's state in Redis: FleetController
     replica.service                 the replica process: stream source, HTTP, metrics, settings
     replica.demo, replica.__main__  demo handlers and the ``fleetgate-replica`` command

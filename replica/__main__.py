@@ -23,9 +23,10 @@ from typing import Any, Final, NoReturn
 
 from replica.contract.clock import LogFormatter
 from replica.contract.urls import parse_redis_url
-from replica.control.diagnose import preflight
-from replica.control.redisio import cancel_bounded
 from replica.errors import ConfigError, RedisMisconfigured
+from replica.link.diagnose import preflight
+from replica.link.redisio import cancel_bounded
+from replica.process.shutdown import Shutdown, exit_now
 from replica.service.handlers import load_handler
 from replica.service.settings import (
     BreakerSettings,
@@ -35,7 +36,6 @@ from replica.service.settings import (
     load_settings,
     settings_table,
 )
-from replica.service.shutdown import Shutdown, exit_now
 
 PROG = "fleetgate-replica"
 EXIT_CONFIG = 2

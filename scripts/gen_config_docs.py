@@ -35,7 +35,7 @@ URLS = """\
 
 `FLEETGATE_REDIS_URL` (and `--redis-url`) takes the same forms for the replica, the CLI,
 `fleetgate serve` and the demo, which all open Redis through one factory
-(`replica.control.connect`):
+(`replica.link.connect`):
 
 | Form | Meaning |
 | --- | --- |

@@ -23,8 +23,8 @@ from replica.contract import MAX_MESSAGE_BYTES, FleetState, Keys, now_utc
 from replica.control.applier import StateApplier
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
-from replica.control.redisio import Link
 from replica.errors import InvalidMessage
+from replica.link.redisio import Link
 
 
 async def test_local_holds_stay_independent_of_the_fleet(

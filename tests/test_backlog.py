@@ -20,7 +20,7 @@ from coordinator.fleet.snapshots import Snapshots
 from coordinator.web.api import create_app
 from coordinator.web.metrics import render_fleets
 from replica.contract import WORK_GROUP, Keys
-from replica.control.connect import connect
+from replica.link.connect import connect
 from tests.apikit import VIEW, auth, client_for, make_settings, strict_json
 from tests.clikit import run
 from tests.fleetkit import until

@@ -17,7 +17,7 @@ import pytest
 from coordinator.fleet.fleet import Fleet
 from coordinator.web.api import create_app
 from replica.contract import Keys, now_utc
-from replica.control.connect import connect, topology
+from replica.link.connect import connect, topology
 from tests.apikit import ADMIN, auth, client_for, json_headers, make_settings
 from tests.hakit import cli, logs, status_json, until_following, until_pools
 from tests.procs import base_env, enqueue, replica_processes, wait_done

@@ -15,7 +15,7 @@ from cpkit import until
 from replica import FleetController, PausablePool
 from replica.contract import Keys
 from replica.contract.keys import FLEETS_KEY
-from replica.control.connect import connect
+from replica.link.connect import connect
 from replica.pool.holds import CONTROL_PLANE_SOURCE
 from tests.topology import Cluster, shared_cluster_fixture  # noqa: F401 (the fixture)
 

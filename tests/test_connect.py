@@ -1,4 +1,4 @@
-"""replica.control.connect, the one connection factory, and replica.control.slots, its cluster
+"""replica.link.connect, the one connection factory, and replica.link.slots, its cluster
 client, against real servers: a Sentinel group and a Redis Cluster from ``tests.topology``."""
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from replica import FleetController, PausablePool
 from replica.contract import Keys, restore_args
 from replica.contract.scripts import RESTORE_STATE_LUA
 from replica.contract.state import FleetState
-from replica.control.connect import NotServedHere, connect, pool_for, sharded, topology
-from replica.control.redisio import Link
-from replica.control.slots import SlotRedis, command_key
-from replica.control.subscription import Subscription
 from replica.errors import ContractError, OutcomeUnknown
+from replica.link.connect import NotServedHere, connect, pool_for, sharded, topology
+from replica.link.redisio import Link
+from replica.link.slots import SlotRedis, command_key
+from replica.link.subscription import Subscription
 from tests.clikit import one_line
 from tests.cpkit import until
 from tests.fleetkit import run_cli

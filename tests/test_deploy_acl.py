@@ -571,7 +571,7 @@ def test_the_replica_poll_pipeline_is_allowed(
 def test_the_replica_sends_its_record_and_ack_behind_client_reply_skip(
     replica: redis.Redis, coordinator: redis.Redis, fleet: str
 ) -> None:
-    """replica/control/redisio.py probes CLIENT REPLY SKIP (the fast path at a change)."""
+    """replica/link/redisio.py probes CLIENT REPLY SKIP (the fast path at a change)."""
     conn = replica.connection_pool.get_connection()
     try:
         conn.send_packed_command(
@@ -674,7 +674,7 @@ def _resp(*args: str) -> bytes:
 def test_the_replicas_subscription_connection_logs_in_subscribes_and_pings(
     server: Server, fleet: str
 ) -> None:
-    """What replica/control/subscription.py writes on its own connection, byte for byte."""
+    """What replica/link/subscription.py writes on its own connection, byte for byte."""
     user = replica_user(fleet)
     with socket.create_connection(
         ("127.0.0.1", server.port), timeout=CLIENT_SOCKET_TIMEOUT_S

@@ -36,7 +36,7 @@ import pytest
 
 from coordinator.fleet.fleet import Fleet
 from replica import FleetController, PausablePool
-from replica.control.connect import connect
+from replica.link.connect import connect
 from tests.topology import (  # noqa: F401 (fixtures)
     Cluster,
     Node,

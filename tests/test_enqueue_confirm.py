@@ -31,7 +31,7 @@ from coordinator.fleet import durability
 from coordinator.fleet.durability import BatchNotConfirmed, NotConfirmed, Unconfirmed
 from coordinator.fleet.fleet import Fleet
 from replica.contract import Keys
-from replica.control.connect import connect
+from replica.link.connect import connect
 from tests.clikit import one_line, run
 from tests.failoverkit import starve_replicas
 from tests.replication import (

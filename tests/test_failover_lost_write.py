@@ -27,7 +27,7 @@ import pytest
 from coordinator.demo.localredis import free_port
 from coordinator.fleet.fleet import Fleet
 from replica.contract import now_utc
-from replica.control.connect import connect
+from replica.link.connect import connect
 from tests.failoverkit import (
     all_applied,
     audit_on,

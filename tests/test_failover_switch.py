@@ -33,7 +33,7 @@ from redis.exceptions import ResponseError
 from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from replica.contract import format_time, now_utc, parse_time
-from replica.control.connect import connect
+from replica.link.connect import connect
 from tests.failoverkit import audit_on, records_on, state_on, until
 from tests.fleetkit import run_cli
 from tests.hakit import logs, pools

@@ -36,7 +36,7 @@ from replica.control.applier import StateApplier
 from replica.control.fleetholds import pause_end
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
-from replica.control.redisio import Link
+from replica.link.redisio import Link
 from replica.pool.holds import FLEET_SOURCE, fleet_source, is_fleet_source
 from replica.service.http import create_app
 from replica.service.metrics import ReplicaMetrics

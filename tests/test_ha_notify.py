@@ -7,7 +7,7 @@ import asyncio
 
 from coordinator.fleet.fleet import Fleet
 from coordinator.notify.consumer import Notifier
-from replica.control.connect import connect
+from replica.link.connect import connect
 from tests.notifykit import Hook, quick
 from tests.topology import (  # noqa: F401 (the fixtures)
     Cluster,

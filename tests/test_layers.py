@@ -25,19 +25,31 @@ RANKS: dict[str, int] = {
     "replica.types": 0,
     "replica.contract": 1,
     "replica.pool": 1,
-    "replica.control": 2,
-    "replica.service": 3,
-    "replica.demo": 4,
-    "replica.__main__": 4,
-    "coordinator.durations": 5,
-    "coordinator.settings": 6,
-    "coordinator.fleet": 7,
-    "coordinator.render": 8,
-    "coordinator.notify": 8,
-    "coordinator.web": 9,
-    "coordinator.cli": 10,
-    "coordinator.demo": 10,
-    "coordinator.__main__": 11,
+    "replica.link": 2,
+    "replica.process": 2,
+    "replica.control": 3,
+    "replica.service": 4,
+    "replica.demo": 5,
+    "replica.__main__": 5,
+    "coordinator.durations": 6,
+    "coordinator.settings": 7,
+    "coordinator.fleet": 8,
+    "coordinator.render": 9,
+    "coordinator.notify": 9,
+    "coordinator.web": 10,
+    "coordinator.cli": 11,
+    "coordinator.demo": 11,
+    "coordinator.__main__": 12,
+}
+
+# What the operator's side may take of the replica's: what both sides share (the contract, the
+# Redis link, a process's life, the leaves), never the replica's control loop or service. The
+# demo alone runs a pool (and the replica's demo handlers) in process.
+SHARED: tuple[str, ...] = (
+    "replica.errors", "replica.types", "replica.contract", "replica.link", "replica.process"
+)
+COORDINATOR_MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "coordinator.demo": (*SHARED, "replica.pool", "replica.demo"),
 }
 
 # Third-party packages a layer must never import, even lazily.
@@ -47,6 +59,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "replica.errors": ("redis", "pydantic", "fastapi"),
     "replica.types": ("redis", "pydantic", "fastapi"),
     "replica.control": ("pydantic", "pydantic_settings", "fastapi", "uvicorn"),
+    "replica.link": ("pydantic", "pydantic_settings", "fastapi", "uvicorn"),
+    "replica.process": ("redis", "pydantic", "pydantic_settings", "fastapi"),
 }
 
 # Entry points that load a sibling only inside the command that needs it (``fleetgate serve``
@@ -126,6 +140,12 @@ def _violations(modules: list[tuple[str, Path]] | None = None) -> list[str]:
             if module.startswith("replica") and root == "coordinator":
                 problems.append(f"{where}:{line}: replica imports coordinator ({target})")
                 continue
+            if module.startswith("coordinator") and root == "replica":
+                allowed = COORDINATOR_MAY_IMPORT.get(source_pkg, SHARED)
+                if not any(target == a or target.startswith(a + ".") for a in allowed):
+                    problems.append(f"{where}:{line}: {source_pkg} imports {target}: the "
+                                    f"coordinator takes of replica only {', '.join(allowed)}")
+                    continue
             target_pkg = _package(target)
             if target_pkg is None:  # ``from replica import X``: the lazy root, allowed only above
                 problems.append(f"{where}:{line}: imports the package root ({target})")
@@ -161,6 +181,83 @@ def test_the_rules_catch_an_upward_import(tmp_path: Path) -> None:
     assert any("_layer_probe.py:1: replica.pool (rank 1) imports replica.control" in p
                for p in problems)
     assert any("_layer_probe.py:2: replica.pool imports redis" in p for p in problems)
+
+
+def test_the_rules_catch_the_coordinator_reaching_into_the_replicas_control_loop(
+    tmp_path: Path,
+) -> None:
+    """The operator's side takes the Redis link and a process's life from the shared layer, not
+    from ``replica.control`` or ``replica.service``; only the demo runs a pool."""
+    bad = tmp_path / "_reach_probe.py"
+    bad.write_text("from replica.control.sync import SyncLoop\n"
+                   "from replica.service.source import StreamSource\n"
+                   "from replica.link.redisio import uncancelled\n"
+                   "from replica.pool import PausablePool\n")
+    problems = _violations([("coordinator.fleet._reach_probe", bad)])
+    lines = [p.split(": ")[0].rsplit(":", 1)[-1] for p in problems]
+    assert lines == ["1", "2", "4"], problems
+    in_demo = _violations([("coordinator.demo._reach_probe", bad)])
+    assert [p.split(": ")[0].rsplit(":", 1)[-1] for p in in_demo] == ["1", "2"]
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module-level imports between the tree's own modules (what runs at import time)."""
+    modules = dict(_tree_modules())
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        edges = set()
+        for target, _line, top in _imports(path):
+            if not top:
+                continue
+            # ``from pkg.mod import name``: the module pkg.mod (or pkg.mod.name, a submodule)
+            for candidate in (target, target.rsplit(".", 1)[0]):
+                if candidate in modules and candidate != module:
+                    edges.add(candidate)
+                    break
+        graph[module] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_two_modules_import_each_other_at_module_level() -> None:
+    """``coordinator.notify.consumer`` and ``.follow`` once did; a circle is reported."""
+    graph = {m: e for m, e in _module_graph().items() if m not in ("replica", "coordinator")}
+    assert _cycles(graph) == []
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def _loaded_after(statement: str) -> list[str]:

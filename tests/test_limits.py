@@ -22,8 +22,8 @@ from coordinator.fleet.snapshots import Snapshots
 from coordinator.web.metrics import render_fleets
 from replica.contract import WORK_GROUP, Keys
 from replica.contract.limits import MAX_BACKLOG
-from replica.control.connect import connect
 from replica.errors import BacklogFull, BacklogLimitUnreadable, ContractError
+from replica.link.connect import connect
 from tests.fleetkit import until
 from tests.topology import Cluster, shared_cluster_fixture  # noqa: F401 (the fixture)
 

@@ -15,7 +15,7 @@ from replica import PausablePool
 from replica.contract import Ack, Keys
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
-from replica.control.redisio import Link
+from replica.link.redisio import Link
 
 
 class _Shown:

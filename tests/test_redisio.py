@@ -1,4 +1,4 @@
-"""replica.control.redisio: the raw RESP writer, Link, and the cancellation and backoff helpers."""
+"""replica.link.redisio: the raw RESP writer, Link, and the cancellation and backoff helpers."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError, ResponseError
 
 from coordinator.demo.localredis import LocalRedis
-from replica.control.redisio import (
+from replica.link.redisio import (
     Backoff,
     Link,
     as_mapping,

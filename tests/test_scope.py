@@ -18,8 +18,8 @@ from replica.contract.holds import UNREADABLE_SELECT, hold_applies, holds_from_j
 from replica.control.applier import StateApplier
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
-from replica.control.redisio import Link
 from replica.errors import ConfigError
+from replica.link.redisio import Link
 
 
 class _Shown:

@@ -15,7 +15,7 @@ import pytest
 
 from coordinator.fleet.fleet import Fleet
 from replica.contract import now_utc
-from replica.control.connect import connect, topology
+from replica.link.connect import connect, topology
 from tests.hakit import cli, logs, pools, status_json, until_following, until_pools
 from tests.procs import base_env, done_counts, enqueue, replica_processes, wait_done
 from tests.topology import SentinelGroup, sentinel_group_fixture  # noqa: F401 (the fixture)

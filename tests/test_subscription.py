@@ -1,4 +1,4 @@
-"""replica.control.subscription: push and pull modes against a real Redis, over TCP and over TLS."""
+"""replica.link.subscription: push and pull modes against a real Redis, over TCP and over TLS."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from redis.exceptions import ResponseError
 
 from coordinator import Fleet
 from coordinator.demo.localredis import LocalRedis, free_port
-from replica.control.subscription import Subscription
+from replica.link.subscription import Subscription
 
 
 def _raise_errors(reply: Any) -> None:

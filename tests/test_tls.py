@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio.connection import SSLConnection
 
-from replica.control.connect import connect
+from replica.link.connect import connect
 from tests.clikit import one_line, run
 from tests.tlskit import TlsFiles, TlsRedis, make_tls_files
 

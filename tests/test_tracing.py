@@ -205,7 +205,7 @@ def _python(code: str) -> str:
 def test_importing_the_tracing_module_loads_no_opentelemetry_until_a_span_is_opened() -> None:
     """The import is deferred to the first span. (redis-py imports opentelemetry itself when it
     is installed, so this is checked on the module that does not import redis.)"""
-    code = ("import sys\nimport replica.control.tracing as t\n"
+    code = ("import sys\nimport replica.process.tracing as t\n"
             "before = any(m.startswith('opentelemetry') for m in sys.modules)\n"
             "with t.span('fleetgate.test', 'probe'):\n    pass\n"
             "print(before, 'opentelemetry.trace' in sys.modules)")
@@ -219,7 +219,7 @@ def test_without_opentelemetry_a_pause_and_an_apply_run_on_no_op_spans(
 import asyncio
 import redis.asyncio as aioredis
 from coordinator.fleet.fleet import Fleet
-from replica.control import tracing
+from replica.process import tracing
 from tests.cpkit import Replica, until
 
 async def main():

@@ -27,7 +27,7 @@ from bench.chaos.history import read_history
 from bench.chaos.report import last_line, table
 from bench.chaos.runner import ChaosRun
 from bench.chaos.settings import SINGLE, TOPOLOGIES, ChaosSettings, topology_of_seed
-from replica.service.shutdown import RECANCEL_EVERY_S
+from replica.process.shutdown import RECANCEL_EVERY_S
 
 EXIT_OK = 0
 EXIT_BROKEN = 1
@@ -128,7 +128,7 @@ async def _run(run: ChaosRun, budget: float) -> None:
 
         def stop() -> None:
             # One cancellation is not enough: redis-py can swallow one that lands inside a call
-            # (replica.control.redisio.uncancelled). Cancel again until the run is cleaning up.
+            # (replica.link.redisio.uncancelled). Cancel again until the run is cleaning up.
             if not main.done() and not run.cleaning:
                 main.cancel()
                 loop.call_later(RECANCEL_EVERY_S, stop)

@@ -32,7 +32,7 @@ from redis.exceptions import ResponseError
 from bench.chaos.settings import CLUSTER, SENTINEL
 from bench.redisnode import wait_for
 from bench.topology import SERVICE, Cluster, Node, SentinelGroup
-from replica.control.slots import slot_of
+from replica.link.slots import slot_of
 
 log = logging.getLogger(__name__)
 

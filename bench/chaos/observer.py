@@ -26,10 +26,10 @@ from redis.exceptions import RedisError
 from bench.chaos.history import HistoryWriter
 from coordinator.fleet.models import ReplicaInfo
 from replica.contract import Ack, FleetState, Keys
-from replica.control.connect import connect
-from replica.control.subscription import Subscription
 from replica.demo import item_id
 from replica.errors import ContractError
+from replica.link.connect import connect
+from replica.link.subscription import Subscription
 
 log = logging.getLogger(__name__)
 

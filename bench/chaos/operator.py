@@ -37,8 +37,8 @@ from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import WaitReport
 from replica.contract import FleetState, now_utc, parse_time
-from replica.control.connect import connect
 from replica.errors import HoldConflict, OutcomeUnknown
+from replica.link.connect import connect
 
 FLEETGATE_BIN: Final = str(Path(sys.executable).with_name("fleetgate"))
 HOLDS: Final = ("db", "payments", "ops")

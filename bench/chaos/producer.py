@@ -28,7 +28,7 @@ from bench.chaos.history import HistoryWriter
 from coordinator.fleet.durability import BatchNotConfirmed
 from coordinator.fleet.fleet import Fleet
 from replica.contract import Keys
-from replica.control.connect import connect
+from replica.link.connect import connect
 
 CONFIRM_TIMEOUT_S: Final = 0.5
 """How long an item's ``WAIT`` may take for a Redis replica to confirm it."""

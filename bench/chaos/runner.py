@@ -47,7 +47,7 @@ from bench.chaos.server import ChaosRedis
 from bench.chaos.settings import ChaosSettings
 from bench.chaos.switches import SwitchWatch
 from replica.contract import WORK_GROUP, Keys
-from replica.control.connect import connect
+from replica.link.connect import connect
 
 log = logging.getLogger(__name__)
 

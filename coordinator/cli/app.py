@@ -56,7 +56,7 @@ from coordinator.cli.options import Globals
 from coordinator.cli.output import fail, plain
 
 if TYPE_CHECKING:
-    from replica.service.shutdown import Interrupted
+    from replica.process.shutdown import Interrupted
 
 app = typer.Typer(
     name="fleetgate",
@@ -109,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = _main(argv)
     # Only a command that ran Redis work loaded the shutdown machinery (``--help`` does not):
     # without it, no signal stopped a command.
-    shutdown = sys.modules.get("replica.service.shutdown")
+    shutdown = sys.modules.get("replica.process.shutdown")
     if shutdown is not None and shutdown.signalled():
         shutdown.exit_now(status)
     return status
@@ -142,9 +142,9 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _interrupted(exc: Exception) -> Interrupted | None:
-    """``exc`` when it is ``replica.service.shutdown.Interrupted`` (raised only once that module
+    """``exc`` when it is ``replica.process.shutdown.Interrupted`` (raised only once that module
     is loaded: it is not imported for a command that never needed it)."""
-    shutdown = sys.modules.get("replica.service.shutdown")
+    shutdown = sys.modules.get("replica.process.shutdown")
     if shutdown is not None and isinstance(exc, shutdown.Interrupted):
         return cast("Interrupted", exc)
     return None

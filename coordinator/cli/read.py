@@ -51,7 +51,7 @@ def status(
     from coordinator.cli.runner import run_with_fleet
     from coordinator.fleet.overview import status_with_backlog
     from coordinator.fleet.summary import summarize
-    from replica.service.shutdown import Interrupted
+    from replica.process.shutdown import Interrupted
 
     settings = g.read_settings(redis_url=redis_url, fleet=fleet)
     max_pause = settings.max_pause

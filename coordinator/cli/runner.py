@@ -6,8 +6,8 @@ action is cancelled and ``DeadlineExceeded`` is raised, for the command to say w
 (a change command knows whether its change was sent, see ``Progress``). Failures become
 ``CliError``s: Redis unreachable (1), a value the contract refuses (2), a change whose outcome
 is unknown (5, ``replica.errors.OutcomeUnknown``). Before the action the server is asked
-whether it runs Lua scripts (``replica.control.diagnose.require_scripting``: exit 2 when it
-cannot); a failure to reach it is read by ``replica.control.diagnose.diagnose``: what can
+whether it runs Lua scripts (``replica.link.diagnose.require_scripting``: exit 2 when it
+cannot); a failure to reach it is read by ``replica.link.diagnose.diagnose``: what can
 never work as it is (a password Redis requires, a TLS port reached without TLS, a Sentinel
 given as a Redis server...) is one line saying what to fix and exit 2, a likely cause is added
 to the unreachable line (exit 1).
@@ -30,12 +30,12 @@ from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from replica.contract import FleetState
 from replica.contract.urls import RedisTarget, parse_redis_url, redact_url
-from replica.control.connect import connect
-from replica.control.diagnose import diagnose
-from replica.control.diagnose import preflight as check_redis
-from replica.control.redisio import bounded, cancel_bounded
 from replica.errors import ContractError, OutcomeUnknown, RedisMisconfigured
-from replica.service.shutdown import Shutdown, conventional_status
+from replica.link.connect import connect
+from replica.link.diagnose import diagnose
+from replica.link.diagnose import preflight as check_redis
+from replica.link.redisio import bounded, cancel_bounded
+from replica.process.shutdown import Shutdown, conventional_status
 
 if TYPE_CHECKING:
     from coordinator.cli.lightsettings import CommandSettings
@@ -132,7 +132,7 @@ def run_with_fleet(
     Raises ``CliError`` or ``DeadlineExceeded``.
 
     SIGINT and SIGTERM cancel the action (again, until it ends: see
-    ``replica.service.shutdown``) and raise ``Interrupted`` with the exit status
+    ``replica.process.shutdown``) and raise ``Interrupted`` with the exit status
     ``interrupted(signal)`` (130 or 143 by default); the process ends within a second of the
     signal, a hung Redis call included."""
 
@@ -176,7 +176,7 @@ def run_with_fleet(
 
 def preflight(settings: CommandSettings) -> None:
     """Before a command that runs until stopped (``serve``): Redis asked once whether it can
-    work (``replica.control.diagnose.preflight``). What can never work as it is raises
+    work (``replica.link.diagnose.preflight``). What can never work as it is raises
     ``CliError`` (exit 2, one line); an unreachable Redis does not: the command starts and
     retries, as it does when Redis goes away later."""
     try:

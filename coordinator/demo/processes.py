@@ -34,7 +34,7 @@ from coordinator.fleet.registry import forget
 from replica.contract import Keys
 from replica.contract.keys import FLEETS_KEY
 from replica.contract.urls import check_redis_url, redact_url
-from replica.control.connect import connect
+from replica.link.connect import connect
 
 
 def _on_a_thread(work: Any) -> Any:

@@ -13,7 +13,7 @@ process it started, Redis included, is stopped when it ends, whatever happens (t
 SIGINT (Ctrl-C) or SIGTERM ends it within a second, even when Redis hangs: the demo SIGTERMs
 every process at once, gives them ``STOP_GRACE_S`` to stop, SIGKILLs what is left, and exits
 130 or 143 (0 once ``--serve`` keeps the fleet up: Ctrl-C is how that ends). A watchdog kills
-everything and exits if even that hangs (``replica.service.shutdown``).
+everything and exits if even that hangs (``replica.process.shutdown``).
 
 Where the items are: in the work stream (not yet read), pending in the consumer group (read by
 a replica, in its pool or its handler), or done (``demo:done`` counts completions per item). A
@@ -46,9 +46,9 @@ from coordinator.demo.processes import (
 )
 from coordinator.fleet.fleet import Fleet
 from replica.contract import FleetState, Keys, parse_time
-from replica.control.connect import connect
 from replica.errors import ContractError
-from replica.service.shutdown import Interrupted, Shutdown, conventional_status
+from replica.link.connect import connect
+from replica.process.shutdown import Interrupted, Shutdown, conventional_status
 
 ITEMS = 600
 REPLICAS = 3

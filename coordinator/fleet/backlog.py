@@ -49,7 +49,7 @@ from redis.exceptions import ResponseError
 
 from coordinator.fleet.limits import NO_LIMIT, LimitReading, reading_of
 from replica.contract import WORK_GROUP, Keys, format_time, now_utc
-from replica.control.redisio import uncancelled
+from replica.link.redisio import uncancelled
 
 MAX_ERROR: Final = 200
 

@@ -31,9 +31,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from replica.control.connect import NotServedHere, pool_for
-from replica.control.redisio import uncancelled
 from replica.errors import OutcomeUnknown
+from replica.link.connect import NotServedHere, pool_for
+from replica.link.redisio import uncancelled
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -58,8 +58,8 @@ from replica.contract.holds import (
 )
 from replica.contract.scripts import RESTORE_RAISED
 from replica.contract.selectors import canonical_selector
-from replica.control.connect import sharded
 from replica.errors import ContractError, HoldConflict, InvalidMessage
+from replica.link.connect import sharded
 
 log = logging.getLogger(__name__)
 

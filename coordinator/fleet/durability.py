@@ -47,8 +47,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from replica.contract import FleetState, text
-from replica.control.connect import pool_for
 from replica.errors import ContractError, FleetgateError
+from replica.link.connect import pool_for
 
 log = logging.getLogger(__name__)
 

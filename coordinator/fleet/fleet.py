@@ -59,7 +59,7 @@ from replica.contract import (
 )
 from replica.contract.keys import FLEETS_KEY
 from replica.contract.schedules import Schedule, ScheduleSet
-from replica.control.redisio import uncancelled
+from replica.link.redisio import uncancelled
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from replica.contract import Keys, now_utc, text
-from replica.control.subscription import Subscription
+from replica.link.subscription import Subscription
 
 log = logging.getLogger(__name__)
 

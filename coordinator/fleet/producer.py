@@ -40,8 +40,8 @@ from coordinator.fleet.durability import Durability, write_confirmed
 from replica.contract import ITEM_FIELD, WORK_GROUP, Keys, text
 from replica.contract.limits import WAIT
 from replica.contract.scripts import ENQUEUE_LUA
-from replica.control.redisio import uncancelled
 from replica.errors import BacklogFull, BacklogLimitUnreadable
+from replica.link.redisio import uncancelled
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from coordinator.fleet.calls import again
 from coordinator.fleet.models import AuditEvent, FleetStatus, ReplicaInfo
 from replica.contract import REPLICA_ID_RE, FleetState, Keys, now_utc, parse_time, text
 from replica.contract.names import S_RESTORED_AT
-from replica.control.redisio import uncancelled
 from replica.errors import ContractError
+from replica.link.redisio import uncancelled
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from redis.exceptions import RedisError
 from coordinator.fleet.calls import again
 from replica.contract import FLEET_NAME_RE, Keys, validate_fleet
 from replica.contract.keys import FLEETS_CHANGED_KEY, FLEETS_KEY
-from replica.control.redisio import uncancelled
+from replica.link.redisio import uncancelled
 
 log = logging.getLogger(__name__)
 

@@ -37,8 +37,8 @@ from replica.contract.schedules import (
     schedules_from_hash,
 )
 from replica.contract.scripts import SCHEDULE_WRITE_LUA
-from replica.control.connect import sharded
 from replica.errors import ContractError, HoldConflict
+from replica.link.connect import sharded
 
 log = logging.getLogger(__name__)
 

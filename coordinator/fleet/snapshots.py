@@ -48,7 +48,7 @@ from coordinator.fleet.summary import (
     summarize,
 )
 from replica.contract import FleetState, now_utc
-from replica.control.redisio import uncancelled
+from replica.link.redisio import uncancelled
 
 log = logging.getLogger(__name__)
 

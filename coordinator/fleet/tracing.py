@@ -2,7 +2,7 @@
 ``Fleet.resume`` and ``Fleet.wait`` of the library, and one span per CLI command
 (``fleetgate pause``, ``fleetgate status`` ...), the parent of the library's spans it runs.
 
-Built on ``replica.control.tracing`` (the attribute names, the lazy import, the outcome rule):
+Built on ``replica.process.tracing`` (the attribute names, the lazy import, the outcome rule):
 the replica's ``fleetgate.apply`` span of a state carries the same ``fleetgate.fleet`` and
 ``fleetgate.version`` as the ``Fleet.pause`` or ``Fleet.resume`` span that made it, which is how
 a change is joined to its applies across processes (no trace context travels in the state, so
@@ -21,7 +21,7 @@ from typing import Final
 
 from coordinator.fleet.models import WaitReport
 from replica.contract import FleetState
-from replica.control.tracing import (
+from replica.process.tracing import (
     FLEET,
     HOLD,
     HOLDS,

@@ -62,7 +62,7 @@ from replica.contract import (
     FleetState,
     Keys,
 )
-from replica.control.subscription import Subscription
+from replica.link.subscription import Subscription
 
 log = logging.getLogger(__name__)
 

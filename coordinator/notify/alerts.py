@@ -26,7 +26,7 @@ from replica.contract import (
     Keys,
     format_time,
 )
-from replica.control.redisio import uncancelled
+from replica.link.redisio import uncancelled
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ from coordinator.notify.settings import NotifySettings
 from coordinator.notify.streams import Reach, backoff, read_group
 from coordinator.notify.webhook import NotifyStats
 from replica.contract import Keys
-from replica.control.redisio import uncancelled
+from replica.link.redisio import uncancelled
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from coordinator.notify.slack import chat_body
 from coordinator.notify.streams import Reach, autoclaim, decode_fields, read_group, stream_entries
 from coordinator.notify.webhook import Delivery, NotifyStats, Receiver
 from replica.contract import text
-from replica.control.redisio import uncancelled
+from replica.link.redisio import uncancelled
 
 log = logging.getLogger(__name__)
 

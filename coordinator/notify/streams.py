@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from redis.client import NEVER_DECODE
 
 from replica.contract import text
-from replica.control.redisio import uncancelled
+from replica.link.redisio import uncancelled
 
 log = logging.getLogger(__name__)
 

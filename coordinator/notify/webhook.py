@@ -38,7 +38,7 @@ from typing import Final
 from urllib.parse import unquote, urlsplit
 
 from coordinator.notify.settings import NotifySettings, receiver_label
-from replica.control.redisio import cancel_bounded
+from replica.link.redisio import cancel_bounded
 
 log = logging.getLogger(__name__)
 

@@ -52,7 +52,7 @@ from replica.contract import (
 from replica.contract.holds import Hold
 from replica.contract.recurrence import Occurrence
 from replica.contract.schedules import Schedule
-from replica.control.redisio import uncancelled
+from replica.link.redisio import uncancelled
 
 log = logging.getLogger(__name__)
 

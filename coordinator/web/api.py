@@ -74,8 +74,8 @@ from coordinator.web.middleware import (
 from coordinator.web.schedules import install as install_schedule_routes
 from coordinator.web.timeline import install as install_timeline_routes
 from coordinator.web.watcher import FleetsWatcher
-from replica.control.connect import connect
 from replica.errors import ConfigError
+from replica.link.connect import connect
 
 log = logging.getLogger(__name__)
 

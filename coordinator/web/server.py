@@ -4,7 +4,7 @@ This is an entry point's job, so it configures logging (plain or JSON lines on s
 owns SIGTERM/SIGINT: both end a graceful shutdown with exit status 0. Stock uvicorn re-raises
 the signal after shutting down, so an orchestrator stopping the coordinator would see it die
 of SIGTERM (-15), as if it had crashed. The process ends within a second of the signal whatever
-it is doing (``replica.service.shutdown``): a request or the lifespan's shutdown waiting on a
+it is doing (``replica.process.shutdown``): a request or the lifespan's shutdown waiting on a
 Redis that hangs would otherwise hold it until Redis answers. A signal ignored when the process
 started (SIGINT in a background job) stays ignored.
 """
@@ -27,8 +27,8 @@ from coordinator.settings import CoordinatorSettings, redact
 from coordinator.web.api import create_app
 from replica.contract.clock import LogFormatter
 from replica.errors import ConfigError
-from replica.service.shutdown import Shutdown
-from replica.service.slowclients import guarded_h11
+from replica.process.shutdown import Shutdown
+from replica.process.slowclients import guarded_h11
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def serve_forever(
         )
         config = uvicorn.Config(
             application, host=settings.host, port=settings.port, log_config=None, lifespan="on",
-            # slow and idle clients (replica.service.slowclients): a whole request within
+            # slow and idle clients (replica.process.slowclients): a whole request within
             # FLEETGATE_HTTP_HEADER_TIMEOUT, at most FLEETGATE_HTTP_MAX_CONNECTIONS at once
             http=guarded_h11(settings.http_header_timeout, settings.http_max_connections),
         )

@@ -9,7 +9,7 @@ with several hosts (``redis+sentinel://user:pw@h1:1,h2:2/svc``, ``redis+cluster:
 When in doubt it hides more, never less.
 
 ``parse_redis_url`` reads every form fleetgate takes into a ``RedisTarget`` (what the
-connection factory, ``replica.control.connect``, opens):
+connection factory, ``replica.link.connect``, opens):
 
 * ``redis://``, ``rediss://``, ``unix://``: one server (redis-py reads the URL itself);
 * ``redis+sentinel://[user:password@]host:port[,host:port...]/SERVICE[/DB]`` (``rediss+`` for

@@ -51,9 +51,9 @@ from replica.control.record import ReplicaRecord
 from replica.control.recurring import RecurringHolds
 from replica.control.schedule import HoldSchedule
 from replica.control.scope import HoldScope
-from replica.control.tracing import FLEET, HOLDS, REPLICA, REPLICA_TRACER, VERSION, span
 from replica.errors import InvalidMessage
 from replica.pool.pool import PausablePool
+from replica.process.tracing import FLEET, HOLDS, REPLICA, REPLICA_TRACER, VERSION, span
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """ControlChannel: a fleet's control channel, followed on a subscription of its own.
 
-``run()`` subscribes (``replica.control.subscription``, push mode) and hands each message to
+``run()`` subscribes (``replica.link.subscription``, push mode) and hands each message to
 ``on_message`` straight from the transport; when the subscription ends, for whatever reason,
 it reports it (``on_lost``), waits a jittered backoff (longer when Redis refused the
 subscription: an ACL will not change in a second) and subscribes again. Every (re)subscription
@@ -25,8 +25,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from replica.control.redisio import NET_ERRORS, Backoff
-from replica.control.subscription import Subscription
+from replica.link.redisio import NET_ERRORS, Backoff
+from replica.link.subscription import Subscription
 
 log = logging.getLogger(__name__)
 

@@ -44,16 +44,16 @@ from redis.asyncio import Redis
 from replica.contract import Keys, validate_fleet, validate_replica_id
 from replica.control.applier import StateApplier, StateListener
 from replica.control.channel import ControlChannel
-from replica.control.connect import sharded
 from replica.control.faults import SYNCING_REASON, ControlFaults
 from replica.control.loss import ControlLoss
 from replica.control.options import DEFAULTS, ControllerSettings, ControlLossMode
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
-from replica.control.redisio import Link, cancel_bounded
 from replica.control.stats import ControllerStats, ControllerView
 from replica.control.sync import SyncLoop
 from replica.errors import ConfigError
+from replica.link.connect import sharded
+from replica.link.redisio import Link, cancel_bounded
 from replica.pool.pool import PausablePool
 
 log = logging.getLogger(__name__)

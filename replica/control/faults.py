@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from replica.control.redisio import Backoff
+from replica.link.redisio import Backoff
 from replica.pool.holds import CONTROL_PLANE_SOURCE
 from replica.pool.pool import PausablePool
 

@@ -13,7 +13,7 @@ import asyncio
 import logging
 
 from replica.control.record import ReplicaRecord
-from replica.control.redisio import Link
+from replica.link.redisio import Link
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ from replica.contract import (
     format_time,
     now_utc,
 )
-from replica.control.redisio import SKIP, pack, pack_arg
+from replica.link.redisio import SKIP, pack, pack_arg
 from replica.pool.holds import is_fleet_source
 from replica.pool.pool import PausablePool
 
@@ -173,7 +173,7 @@ class ReplicaRecord:
         self._ttl_ms = int(heartbeat_interval * RECORD_TTL_HEARTBEATS * 1000)
         self._wire_pexpire = SKIP + pack(("PEXPIRE", self.key, self._ttl_ms))
         self.publish = "SPUBLISH" if sharded else "PUBLISH"
-        """How the acks go out: SPUBLISH on a cluster (``replica.control.connect.sharded``)."""
+        """How the acks go out: SPUBLISH on a cluster (``replica.link.connect.sharded``)."""
         self._wire_publish_head = SKIP + b"*3\r\n" + pack_arg(self.publish) + pack_arg(keys.acks)
         self._registry_next: float | None = None
         self.control_error = ""

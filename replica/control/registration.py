@@ -18,8 +18,8 @@ from redis.asyncio import Redis
 from redis.exceptions import AskError, ResponseError
 
 from replica.contract.keys import FLEETS_KEY
-from replica.control.connect import sharded
-from replica.control.redisio import NET_ERRORS, Link, uncancelled
+from replica.link.connect import sharded
+from replica.link.redisio import NET_ERRORS, Link, uncancelled
 
 log = logging.getLogger(__name__)
 

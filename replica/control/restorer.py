@@ -20,7 +20,7 @@ from replica.contract.scripts import RESTORE_RAISED
 from replica.control.applier import StateApplier
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
-from replica.control.redisio import Link, uncancelled
+from replica.link.redisio import Link, uncancelled
 
 log = logging.getLogger(__name__)
 

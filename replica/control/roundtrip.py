@@ -36,8 +36,8 @@ from replica.control.loss import ControlLoss
 from replica.control.options import ControllerSettings
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
-from replica.control.redisio import Link, as_mapping, uncancelled
 from replica.errors import InvalidMessage
+from replica.link.redisio import Link, as_mapping, uncancelled
 
 log = logging.getLogger(__name__)
 

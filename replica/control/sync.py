@@ -26,7 +26,7 @@ and the hold goes once the failing step works again. A state hash that cannot be
 that are not UTF-8, a value edited by hand, a key of another type) holds the pool the same way
 until a readable one is read: the replica cannot tell whether its fleet is paused.
 
-Every Redis await goes through ``uncancelled`` (``replica.control.redisio``), so a
+Every Redis await goes through ``uncancelled`` (``replica.link.redisio``), so a
 cancellation is never lost inside a call and ``stop()`` ends promptly.
 """
 
@@ -48,10 +48,10 @@ from replica.control.loss import ControlLoss
 from replica.control.options import ControllerSettings
 from replica.control.outbox import Outbox
 from replica.control.record import ReplicaRecord
-from replica.control.redisio import NET_ERRORS, Backoff, Link, uncancelled
 from replica.control.registration import REGISTER_TIMEOUT_S, register
 from replica.control.restorer import Restorer
 from replica.control.roundtrip import RoundTrip
+from replica.link.redisio import NET_ERRORS, Backoff, Link, uncancelled
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ blocked read.
 A read blocked in Redis (``XREADGROUP ... BLOCK``) must neither keep a stop or a pause waiting
 nor return entries once the pool is held. Cancelling the task that waits for it does neither
 well: redis-py (asyncio) may swallow the cancellation (see
-``replica.control.redisio.uncancelled``), and a pool listener, which is where a hold is heard,
+``replica.link.redisio.uncancelled``), and a pool listener, which is where a hold is heard,
 is synchronous. So the reads go over a connection of their own, and ``abort()`` closes it: the
 read fails at once (``ReadAborted``), and Redis drops the blocked client when it sees the
 connection close. What Redis delivered to it just before is pending for the consumer all the
@@ -21,8 +21,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from replica.control.connect import pool_for
-from replica.control.redisio import bounded, uncancelled
+from replica.link.connect import pool_for
+from replica.link.redisio import bounded, uncancelled
 
 
 class ReadAborted(Exception):

@@ -31,17 +31,17 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 import uvicorn
 
-from replica.control.connect import connect
 from replica.control.controller import FleetController
-from replica.control.redisio import cancel_bounded
 from replica.errors import ConfigError
+from replica.link.connect import connect
+from replica.link.redisio import cancel_bounded
 from replica.pool.pool import DRAIN_SOURCE, PausablePool
+from replica.process.slowclients import guarded_h11
 from replica.service.breaker import follow_breaker
 from replica.service.handlers import HandlerContext, LoadedHandler, _context
 from replica.service.http import create_app
 from replica.service.metrics import ReplicaMetrics
 from replica.service.settings import BreakerSettings, ReplicaSettings
-from replica.service.slowclients import guarded_h11
 from replica.service.source import StreamSource
 
 log = logging.getLogger(__name__)

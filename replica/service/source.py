@@ -58,8 +58,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from replica.contract import WORK_GROUP
-from replica.control.redisio import cancel_bounded
 from replica.errors import ItemCancelled, ItemTimeout
+from replica.link.redisio import cancel_bounded
 from replica.pool.pool import PausablePool
 from replica.service.breaker import CLOSED, OPEN, is_breaker_error, state_of
 from replica.service.deadletter import DeadLetters, error_text

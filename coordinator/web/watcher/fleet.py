@@ -34,8 +34,8 @@ from coordinator.notify.windows import WindowAudit
 from coordinator.render import is_overdue, pause_age_s
 from coordinator.settings import CoordinatorSettings
 from replica.contract import FleetState, format_time, now_utc
-from replica.control.redisio import cancel_bounded
 from replica.errors import ContractError
+from replica.link.redisio import cancel_bounded
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from coordinator.fleet.registry import Registry, note_states, prune, read_regist
 from coordinator.notify.alerts import Alerts
 from coordinator.settings import CoordinatorSettings
 from coordinator.web.watcher.fleet import UNREACHABLE, OverdueWatcher, Unreadable
-from replica.control.redisio import cancel_bounded
+from replica.link.redisio import cancel_bounded
 
 log = logging.getLogger(__name__)
 

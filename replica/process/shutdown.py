@@ -8,7 +8,7 @@ second of the signal, wherever it is, a Redis call that hangs included.
 * The signal's callback runs in the event loop (``loop.add_signal_handler``) and starts the
   command's own stop: ``run()`` cancels the main task; the replica sets its stop event.
 * One cancellation is not enough: redis-py (asyncio) can swallow a cancellation that lands
-  inside a call (see ``replica.control.redisio.uncancelled``), so ``cancel_until_done`` cancels
+  inside a call (see ``replica.link.redisio.uncancelled``), so ``cancel_until_done`` cancels
   the task again every ``RECANCEL_EVERY_S`` until it has ended.
 * A watchdog thread, armed by the first signal (or by the entry point, once its own drain is
   over), ends the process with ``os._exit(status)`` if it is still there ``WATCHDOG_S`` later:

@@ -10,7 +10,7 @@ raises ``ContractError`` with one line, the password redacted) and returns a
   demoted under it) drops the connection so that the next one asks again (``NotServedHere``:
   nothing was written, sending it again is safe); closing the client closes the sentinel
   connections too;
-* ``redis+cluster://``: ``replica.control.slots.SlotRedis``: one pool per slot, each
+* ``redis+cluster://``: ``replica.link.slots.SlotRedis``: one pool per slot, each
   connection reaching the slot's primary of the moment.
 
 ``options`` are redis-py's (``decode_responses``, the timeouts, ``health_check_interval``...);
@@ -45,9 +45,9 @@ from redis.exceptions import ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from replica.contract.urls import RedisTarget, Topology, parse_redis_url
-from replica.control.diagnose import short
-from replica.control.slots import NotServedHere, SlotRedis
 from replica.errors import RedisMisconfigured
+from replica.link.diagnose import short
+from replica.link.slots import NotServedHere, SlotRedis
 
 log = logging.getLogger(__name__)
 

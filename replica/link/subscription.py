@@ -13,7 +13,7 @@ Two ways to read:
 
 ``send()`` writes a command on the same connection (a PING while idle).
 
-On a Redis Cluster (``replica.control.connect.sharded``) the subscription is sharded:
+On a Redis Cluster (``replica.link.connect.sharded``) the subscription is sharded:
 ``SSUBSCRIBE`` on the primary of the channel's slot (``pool_for``), whose replies read as the
 classic ones (``smessage`` as ``message``, ``ssubscribe`` as ``subscribe``), so callers need not
 care. A ``MOVED``/``CLUSTERDOWN`` answer or a ``sunsubscribe`` (the slot left the node) ends it
@@ -31,8 +31,8 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, ResponseError
 
-from replica.control.connect import pool_for, sharded
-from replica.control.redisio import bounded, pack, uncancelled
+from replica.link.connect import pool_for, sharded
+from replica.link.redisio import bounded, pack, uncancelled
 
 OnReply = Callable[[Any], None]
 """Called with each reply in push mode; what it raises ends the subscription with that error."""

@@ -145,7 +145,7 @@ async def preflight(target: RedisTarget, *, scripts: bool = True) -> None:
     scripts; a replica runs none, its ACL user may not even load one, so it only PINGs). An
     unreachable or hung Redis passes: the process starts and retries, as it does when Redis
     goes away later."""
-    from replica.control.connect import connect  # connect imports this module
+    from replica.link.connect import connect  # connect imports this module
 
     redis = connect(target, decode_responses=True, socket_connect_timeout=PROBE_TIMEOUT_S * 2.5,
                     socket_timeout=PROBE_TIMEOUT_S * 2.5)

@@ -22,7 +22,7 @@ from typing import Any, Final, TypeVar
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from replica.control.connect import pool_for
+from replica.link.connect import pool_for
 
 log = logging.getLogger(__name__)
 
