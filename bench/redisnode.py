@@ -131,7 +131,10 @@ class Node:
                 conf.write_text(self._conf)
             argv = [server, str(conf), *(["--sentinel"] if self.sentinel else []), *common]
         else:
-            argv = [server, *common, "--save", "", "--appendonly", "no", *self._args]
+            # a replica's full sync starts at once: 7.0 waits 5 s for more replicas to join a
+            # diskless sync, which every topology start and every failover's resync paid
+            argv = [server, *common, "--save", "", "--appendonly", "no",
+                    "--repl-diskless-sync-delay", "0", *self._args]
         self._proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                       cwd=self.dir)
 

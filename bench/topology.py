@@ -182,7 +182,10 @@ class Cluster(_Topology):
     def __init__(self, *, binary: str | None = None) -> None:
         super().__init__("fleetgate-cluster-", binary)
         args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", "1000", "--cluster-replica-validity-factor", "0"]
+                "--cluster-node-timeout", "1000", "--cluster-replica-validity-factor", "0",
+                # CLUSTER SLOTS lists a replica only once its offset is not 0, which the
+                # master's first replication ping makes so: 10 s by default, 1 s here
+                "--repl-ping-replica-period", "1"]
         self.nodes = [self._node(f"node-{i}", args, port=cluster_port()) for i in range(6)]
 
     @property
