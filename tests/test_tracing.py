@@ -239,3 +239,24 @@ asyncio.run(main())
 assert not any(m.startswith("opentelemetry") for m in sys.modules)
 """
     assert _python(code) == "False False True"
+
+
+def test_with_opentelemetry_but_no_tracer_provider_a_span_is_not_opened_until_one_is_set() -> None:
+    """The API alone (no SDK's provider set) records nothing, so no span is opened: no current
+    span inside the block. Once an application sets a provider, spans are opened and recorded."""
+    code = ("from opentelemetry import trace\n"
+            "from opentelemetry.sdk.trace import TracerProvider\n"
+            "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
+            "from opentelemetry.sdk.trace.export.in_memory_span_exporter import "
+            "InMemorySpanExporter\n"
+            "import replica.process.tracing as t\n"
+            "with t.span('fleetgate.test', 'before') as h:\n"
+            "    before = (h.recording, trace.get_current_span() is trace.INVALID_SPAN)\n"
+            "provider = TracerProvider()\n"
+            "exporter = InMemorySpanExporter()\n"
+            "provider.add_span_processor(SimpleSpanProcessor(exporter))\n"
+            "trace.set_tracer_provider(provider)\n"
+            "with t.span('fleetgate.test', 'after') as h:\n"
+            "    after = h.recording\n"
+            "print(*before, after, [s.name for s in exporter.get_finished_spans()])")
+    assert _python(code) == "False True True ['after']"

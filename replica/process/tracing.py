@@ -6,7 +6,8 @@ API's global tracer provider, sets its attributes, and on leaving sets ``fleetga
 name for an error, which is also recorded on the span). Without opentelemetry it yields a
 handle that does nothing. Nothing is imported here until the first span is opened (importing
 this module never loads opentelemetry), and an application that configured no tracer provider
-gets the API's no-op spans.
+(the API's proxy or no-op provider) opens no span at all: the handle does nothing, as without
+opentelemetry.
 
 The attribute names are the contract (dashboards and queries join on them):
 
@@ -46,8 +47,12 @@ _trace: Any = None
 """``opentelemetry.trace`` once looked for; False when it is not installed."""
 
 
+_NO_PROVIDER: tuple[type, ...] = ()
+"""The API's tracer providers that record nothing (no SDK set): a span of theirs is skipped."""
+
+
 def _api() -> Any:
-    global _trace
+    global _trace, _NO_PROVIDER
     if _trace is None:
         try:
             from opentelemetry import trace
@@ -55,6 +60,7 @@ def _api() -> Any:
             _trace = False
         else:
             _trace = trace
+            _NO_PROVIDER = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
     return _trace or None
 
 
@@ -101,7 +107,9 @@ def span(tracer: str, name: str,
     """A span ``name`` of the tracer ``tracer`` (a no-op without OpenTelemetry), current while
     the block runs; see the module's doc for ``fleetgate.outcome``."""
     trace = _api()
-    if trace is None:
+    if trace is None or isinstance(trace.get_tracer_provider(), _NO_PROVIDER):
+        # no SDK set: the API's spans would record nothing (and at a fleet-wide change a
+        # process with many controllers opens one per controller at once)
         yield SpanHandle(None)
         return
     with trace.get_tracer(tracer).start_as_current_span(
