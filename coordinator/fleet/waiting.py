@@ -4,7 +4,8 @@ resume: no longer held by the fleet), or the time is up.
 ``wait`` subscribes to the acknowledgements before it reads the records (so nothing falls
 between the two; with ``Fleet.listen()`` it is subscribed already and reads no record), then
 follows the acknowledgements as they come, with a slow poll of the silent replicas' records as
-a fallback. No step does a round trip per replica.
+a fallback, which waits while acknowledgements keep coming (``coordinator.fleet.fallback``).
+No step does a round trip per replica.
 
 The replicas of a fleet share one Redis user, so one could publish another's acknowledgement.
 The final word on a replica that ``wait`` read the record of (a straggler: its record said it
@@ -49,6 +50,7 @@ from redis.exceptions import RedisError
 from coordinator.fleet.acks import _fast_ack, _Times, _View
 from coordinator.fleet.changes import LastChange
 from coordinator.fleet.confirm import CONFIRM_LUA
+from coordinator.fleet.fallback import FallbackPoll
 from coordinator.fleet.listener import AckListener, next_message, subscribe_acks
 from coordinator.fleet.models import (
     GONE,
@@ -99,7 +101,7 @@ class _Run:
         self.scope = scope  # holds for part of the fleet (coordinator.fleet.waitscope)
         self.w = waiter
         self.version = version
-        self.poll_interval = poll_interval
+        self.fallback = FallbackPoll(poll_interval, time.monotonic())
         self.views: dict[str, _View] = {}
         self.required: set[str] = set()
         self.pending: set[str] = set()
@@ -205,10 +207,9 @@ class _Run:
         self, sub: Subscription | None, own: Subscription | None, deadline: float
     ) -> Subscription | None:
         """Follow acks and poll records until nobody is pending (and the records confirm it)
-        or the deadline. Returns the subscription to close at the end (a broken shared one
-        becomes the wait's own)."""
-        listening = sub is not None
-        next_fallback = time.monotonic() + self.poll_interval
+        or the deadline. Returns the subscription to close (a broken shared one's, too)."""
+        listening, fallback = sub is not None, self.fallback
+        fallback.start(time.monotonic())
         while True:
             if not self.pending:
                 unconfirmed = [r for r in self.required if self.views[r].needs_check]
@@ -220,7 +221,7 @@ class _Run:
             now = time.monotonic()
             if now >= deadline:
                 break
-            step = min(deadline, next_fallback) - now
+            step = min(deadline, fallback.due_at) - now
             if listening and sub is not None:
                 try:
                     message = await next_message(sub, step)
@@ -238,9 +239,9 @@ class _Run:
                              "records", self.w.keys.fleet, exc)
             else:
                 await asyncio.sleep(step)
-            if self.pending and time.monotonic() >= next_fallback:
+            if self.pending and fallback.due(time.monotonic(), listening):
                 await self._fallback()
-                next_fallback = time.monotonic() + self.poll_interval
+                fallback.polled(time.monotonic())
         return own
 
     async def _fallback(self) -> None:
@@ -261,8 +262,7 @@ class _Run:
     async def _members(self) -> dict[str, float]:
         """The ``replicas`` set, read with the state: a state behind this wait's version means
         Redis lost data (an empty restart), after which nobody is excused."""
-        snapshot = await self.w.reads.snapshot()
-        self._note_restore(snapshot)
+        self._note_restore(snapshot := await self.w.reads.snapshot())
         if snapshot.state.version < self.version and not self.unsure:
             self.unsure = True
             log.warning("fleet %s: the state is at v%d, behind v%d: Redis lost data during the "
@@ -369,6 +369,7 @@ class _Run:
         view.from_ack(ack)
         if replica in self.pending and self._reached(replica):
             self.pending.discard(replica)
+            self.fallback.resolved()
 
     def _report(self, elapsed: float, timeout: float) -> WaitReport:
         state = self.state
