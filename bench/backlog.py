@@ -27,7 +27,7 @@ from coordinator.fleet.overview import FLEET_READS, read_each
 from coordinator.fleet.snapshots import Snapshots
 from replica.contract import WORK_GROUP, Keys, format_time, now_utc
 
-FLEETS = 1000
+FLEETS = 100 if QUICK else 1000
 ROUNDS = 3 if QUICK else 9
 ENTRIES = 20
 """Entries per work stream: 5 read by a replica (pending), the rest waiting."""

@@ -42,7 +42,7 @@ from coordinator import Fleet
 from coordinator.demo.localredis import LocalRedis, free_port
 
 SIZES = (20,) if QUICK else (100, 1000, 5000)
-PROCESSES = 4 * (os.cpu_count() or 1)
+PROCESSES = 2 if QUICK else 4 * (os.cpu_count() or 1)
 """Replica processes (and raw subscriber processes): four per core, so that no event loop holds
 more than a few hundred controllers whose polls (every second, all started together) come in
 bursts: with 2,500 controllers a process, a busy machine stretched a burst past the controllers'
@@ -51,8 +51,8 @@ LIVE_TIMEOUT_S = 60.0
 COLD = 3 if QUICK else 5
 WARM = 5 if QUICK else 20
 DASHBOARDS = 10
-CPU_WINDOW_S = 3.0 if QUICK else 8.0
-STEADY_WINDOW_S = 3.0 if QUICK else 8.0
+CPU_WINDOW_S = 1.0 if QUICK else 8.0
+STEADY_WINDOW_S = 1.0 if QUICK else 8.0
 ROUNDS = 2 if QUICK else 7
 WARMUP = 1 if QUICK else 2
 SETTLE_S = 0.05
