@@ -223,7 +223,7 @@ def resume(
     if hold is not None and not all_holds:  # a schedule's name: end its occurrence early
         from coordinator.cli.schedule import resume_schedule
 
-        if resume_schedule(settings, hold, by_name, reason, json_out):
+        if resume_schedule(settings, hold, by_name, reason, json_out, promote=promote):
             return
 
     state, report, changed, change = changing.run_change(settings, act, progress, json_out)

@@ -169,10 +169,12 @@ def remove(
     console().print(f"fleet {settings.fleet}: removed schedule {hold}")
 
 
-async def end_if_schedule(fleet: Fleet, hold: str, by: str, reason: str | None) -> str | None:
+async def end_if_schedule(fleet: Fleet, hold: str, by: str, reason: str | None,
+                          promote: bool = False) -> str | None:
     """For ``resume --hold NAME``: when NAME is a schedule (and no hold of the state), end
-    its occurrence in force early and return the line to print; None when it is no schedule
-    (the resume goes on as usual)."""
+    its occurrence in force early (``promote``: the canary resume running on it, audited
+    ``canary_promoted``) and return the line to print; None when it is no schedule (the
+    resume goes on as usual)."""
 
     state = await fleet.state()
     if any(h.name == hold for h in state.effective_holds()):
@@ -180,6 +182,10 @@ async def end_if_schedule(fleet: Fleet, hold: str, by: str, reason: str | None) 
     found = await fleet.schedules()
     if found.get(hold) is None:
         return None
+    if promote:
+        from coordinator.cli.occurrence import promote as promote_occurrence
+
+        return await promote_occurrence(fleet, hold, by, reason)
     ended: Schedule = await fleet.end_occurrence(hold, by, reason or "")
     from replica.contract import format_time
 
@@ -189,21 +195,24 @@ async def end_if_schedule(fleet: Fleet, hold: str, by: str, reason: str | None) 
 
 
 def resume_schedule(
-    settings: Any, hold: str, by: str, reason: str | None, json_out: bool
+    settings: Any, hold: str, by: str, reason: str | None, json_out: bool,
+    promote: bool = False,
 ) -> bool:
-    """``resume --hold NAME`` of a schedule: its occurrence in force ends early (exit 2 when
-    none is). False when NAME is no schedule: the resume goes on as usual."""
+    """``resume --hold NAME [--promote]`` of a schedule: its occurrence in force ends early
+    (exit 2 when none is, or with ``promote`` when no canary resume runs on it). False when
+    NAME is no schedule: the resume goes on as usual."""
     from coordinator.cli.output import console, emit_json
     from coordinator.cli.runner import run_with_fleet
 
     async def act(f: Fleet) -> str | None:
-        return await end_if_schedule(f, hold, by, reason)
+        return await end_if_schedule(f, hold, by, reason, promote)
 
     line = run_with_fleet(settings, act)
     if line is None:
         return False
     if json_out:
-        emit_json({"fleet": settings.fleet, "event": "schedule_ended", "hold": hold,
+        emit_json({"fleet": settings.fleet,
+                   "event": "canary_promoted" if promote else "schedule_ended", "hold": hold,
                    "text": line})
     else:
         console().print(line)

@@ -9,6 +9,8 @@ checks the options, then hands over here).
   them to run; ``--soak 2m`` then watches their records and promotes (exit 0) or puts the hold
   back on them and says why (exit ``EXIT_ROLLED_BACK``).
 * ``--promote``: releases a hold a canary resume runs on (audited ``canary_promoted``).
+* A hold that is a recurring schedule's name: the same steps on its occurrence in force
+  (``coordinator.cli.occurrence``).
 * ``--dry-run``: what the change would do (``coordinator.fleet.dryrun``), for each fleet
   named; nothing is written, audited or published.
 """
@@ -19,15 +21,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from coordinator import render
-from coordinator.cli import multi
+from coordinator.cli import multi, occurrence
 from coordinator.cli.exits import EXIT_ROLLED_BACK, EXIT_TIMEOUT, EXIT_USAGE, CliError, usage
 from coordinator.cli.output import console, emit_json
 from coordinator.cli.runner import Progress, run_with_fleet
 from coordinator.durations import format_age
 from coordinator.fleet.canary import Verdict, choose, parse_canary, soak
-from coordinator.fleet.dryrun import dry_run_dict, dry_run_lines
+from coordinator.fleet.dryrun import DryRun, dry_run_dict, dry_run_lines
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.models import WaitReport
+from coordinator.fleet.occurrence_canary import schedule_of
 from coordinator.fleet.registry import list_fleets
 from coordinator.fleet.waitscope import WaitScope, among, selected
 from coordinator.fleet.waitscope import matching as counted
@@ -90,8 +93,14 @@ def canary_step(hold: str | None, all_holds: bool, canary: str | None, promote: 
 
 
 async def resume_dry(fleet: Fleet, by: str, stagger: Any, reason: str | None, hold: str | None,
-                     all_holds: bool, canary: str | None, step: str) -> FleetState:
-    """A resume's dry run; with ``--canary`` the canaries it would choose."""
+                     all_holds: bool, canary: str | None, step: str) -> FleetState | DryRun:
+    """A resume's dry run; with ``--canary`` the canaries it would choose (of a schedule's
+    occurrence, when ``hold`` is a schedule: ``coordinator.cli.occurrence``)."""
+    if hold is not None and not all_holds:
+        schedule = await schedule_of(fleet, hold)
+        if schedule is not None:
+            return await occurrence.preview(fleet, schedule, by, reason, step,
+                                            parse_canary(canary) if canary else None)
     canaries: list[str] = []
     if step == "canary" and hold is not None and canary is not None:
         status = await fleet.status()
@@ -108,7 +117,7 @@ async def resume_dry(fleet: Fleet, by: str, stagger: Any, reason: str | None, ho
 
 def dry_run(
     settings: CoordinatorSettings, fleets: Sequence[str] | None, all_fleets: bool,
-    json_out: bool, make: Callable[[Fleet], Awaitable[FleetState]],
+    json_out: bool, make: Callable[[Fleet], Awaitable[FleetState | DryRun]],
 ) -> None:
     """Preview the change ``make`` makes (with ``dry_run=True``) on each fleet named."""
     many = multi.wanted(fleets, all_fleets)
@@ -124,13 +133,13 @@ def dry_run(
         for name in names:
             fleet = first if name == first.name else multi.fleet_for(first.redis, settings, name)
             try:
-                await make(fleet)
+                made = await make(fleet)
             except ContractError as exc:
                 if not many:
                     raise
                 out.append((name, None, None, str(exc)))
                 continue
-            dry = fleet.dry_run_result
+            dry = made if isinstance(made, DryRun) else fleet.dry_run_result
             if dry is None:  # a resume with nothing to release writes nothing, dry or not
                 out.append((name, None, [f"fleet {name} has no hold: nothing to resume"], None))
                 continue
@@ -174,6 +183,10 @@ def canary_resume(
         status = await fleet.status()
         found = {h.name: h for h in status.state.effective_holds()}
         if hold not in found:
+            schedule = (await fleet.schedules()).get(hold)
+            if schedule is not None:  # a recurring schedule's occurrence in force
+                return await occurrence.canary(fleet, schedule, spec, by, reason, wait, soak_s,
+                                               progress)
             raise HoldConflict("unknown", fleet.name, tuple(sorted(found)), hold)
         canaries, candidates = choose(fleet.name, found[hold], status.replicas, spec)
         state = await fleet.resume(by=by, reason=reason, hold=hold, canary="canary",

@@ -30,6 +30,9 @@ class DryRun:
     before: Holds
     state: FleetState
     event: str
+    schedule: str = ""
+    """The schedule whose entry the change would write (a canary step or an early end of
+    its occurrence: the state's version stays), or "" (a change of the state)."""
 
     def state_before(self) -> FleetState:
         """The fleet as it is (with the holds the script read)."""
@@ -85,6 +88,7 @@ def dry_run_dict(dry: DryRun, replicas: Sequence[ReplicaInfo], now: datetime) ->
         "dry_run": True,
         "event": dry.event,
         "version": dry.state.version,
+        "schedule": dry.schedule or None,
         "paused_before": dry.state_before().effectively_paused(now),
         "paused_after": dry.state.effectively_paused(now),
         "holds_before": holds_dict(dry.state_before(), now),
@@ -102,9 +106,11 @@ def dry_run_lines(dry: DryRun, replicas: Sequence[ReplicaInfo], now: datetime) -
             f"would be paused by {_names(after, now)}" if will else
             "would resume" if was else "would stay running")
     p = plan(dry, replicas, now)
+    written = (f"schedule {dry.schedule}'s entry would be written" if dry.schedule else
+               f"version {after.version} would be written")
     return [
-        f"dry run: {dry.event.replace('_', ' ')}; fleet {name} {fate} (version "
-        f"{after.version} would be written; nothing was)",
+        f"dry run: {dry.event.replace('_', ' ')}; fleet {name} {fate} ({written}; nothing "
+        "was)",
         f"holds before: {_listing(before, now)}",
         f"holds after:  {_listing(after, now)}",
         f"replicas: {_ids('would be held', p.hold)}; {_ids('released', p.release)}; "

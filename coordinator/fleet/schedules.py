@@ -8,6 +8,12 @@ every replica reads the schedules at once (each reads them at every poll anyway)
 added is checked first: the cron expression, the zone, the duration, that an occurrence never
 overlaps the next one (``replica.contract.recurrence.check_no_overlap``), that it occurs at
 all, and that no hold of the state has its name (the script checks that again, atomically).
+
+A canary resume of the occurrence in force (``canary_step``) is a write of the same kind: the
+schedule's ``canaries`` and ``canary_for`` (``canary``, audited ``canary_started``), cleared
+(``rollback``, ``canary_rolled_back``), or cleared with the occurrence ended early
+(``promote``, ``canary_promoted``); each compares the entry with the JSON it was computed
+from, and reads again when another write came first.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from coordinator.fleet.calls import ChangeScript, again
 from replica.contract import AUDIT_MAXLEN, Keys, check_by, check_reason, format_time, now_utc, text
 from replica.contract.holds import validate_hold
 from replica.contract.recurrence import (
+    Occurrence,
     check_no_overlap,
     validate_cron,
     validate_duration,
@@ -43,12 +50,15 @@ from replica.link.connect import sharded
 log = logging.getLogger(__name__)
 
 MAX_END_TRIES: Final = 5
+CANARY_STEPS: Final = ("canary", "rollback", "promote")
+"""The canary steps of an occurrence (``Schedules.canary_step``)."""
 
 
 class ScheduleConflict(HoldConflict):
     """A schedule write refused: ``clash`` (a hold of the state has the name), ``too_many``
-    (past ``MAX_SCHEDULES``), ``unknown`` (no such schedule), ``not_active`` (an early end
-    outside an occurrence). Nothing changed."""
+    (past ``MAX_SCHEDULES``), ``unknown`` (no such schedule), ``not_active`` (an early end or
+    a canary step outside an occurrence), ``no_canary`` (a promote or rollback of an
+    occurrence no canary resume runs on). Nothing changed."""
 
     def __init__(self, kind: str, fleet: str, name: str, message: str) -> None:
         ContractError.__init__(self, message)
@@ -56,6 +66,19 @@ class ScheduleConflict(HoldConflict):
         self.fleet = fleet
         self.holds = (name,)
         self.hold = name
+
+
+def occurrence_in_force(fleet: str, schedule: Schedule, now: datetime) -> Occurrence:
+    """``schedule``'s occurrence in force at ``now``. Raises ``ScheduleConflict``
+    (``not_active``) saying when the next one starts, when none is."""
+    occ = schedule.current_or_next(now)
+    if occ is None or not occ.active(now):
+        then = (f"its next one starts at {format_time(occ.start)}" if occ is not None
+                else "it has no more occurrences")
+        raise ScheduleConflict("not_active", fleet, schedule.name,
+                               f"schedule {schedule.name} of fleet {fleet} is not in an "
+                               f"occurrence now ({then}): no hold to resume")
+    return occ
 
 
 class Schedules:
@@ -164,10 +187,65 @@ class Schedules:
                                        f"fleet {self._name} has no schedule {name}")
         raise ContractError(f"schedule {name} kept changing: try again")
 
+    async def in_force(self, name: str, now: datetime) -> tuple[Schedule, Occurrence, str]:
+        """The schedule ``name``, its occurrence in force at ``now`` and its JSON as read.
+        Raises ``ScheduleConflict``: ``unknown``, or ``not_active`` (``occurrence_in_force``)."""
+        raw = await again(lambda: self._redis.hget(self._keys.schedules, name))
+        if raw is None:
+            raise ScheduleConflict("unknown", self._name, name,
+                                   f"fleet {self._name} has no schedule {name}")
+        old = text(raw)
+        schedule = Schedule.from_json(name, old)
+        return schedule, occurrence_in_force(self._name, schedule, now), old
+
+    async def canary_step(
+        self, name: str, step: str, by: str, reason: str = "", canaries: Iterable[str] = (),
+        *, dry_run: bool = False,
+    ) -> tuple[Schedule, Schedule, Occurrence]:
+        """Take a canary resume of the occurrence of ``name`` in force now a step (see the
+        module): ``canary`` releases its hold on the replica ids ``canaries`` only,
+        ``rollback`` puts it back on them, ``promote`` ends the occurrence early. Returns the
+        schedule before and after and the occurrence (``dry_run``: nothing written). Raises
+        ``ScheduleConflict`` (``unknown``, ``not_active``, ``no_canary``)."""
+        if step not in CANARY_STEPS:
+            raise ContractError(f"unknown canary step {step!r}")
+        by, ids = check_by(by), tuple(sorted(set(canaries)))
+        if (step == "canary") != bool(ids):
+            raise ContractError("a canary resume names the replicas it releases, and only it")
+        for _ in range(MAX_END_TRIES):
+            now = now_utc()
+            schedule, occ, old = await self.in_force(name, now)
+            if step == "canary":
+                after = replace(schedule, canaries=ids, canary_for=occ.start)
+            else:
+                if not schedule.canaries_for(occ):
+                    raise ScheduleConflict(
+                        "no_canary", self._name, name,
+                        f"schedule {name} of fleet {self._name} has no canary resume running "
+                        f"in its occurrence: start one with resume --hold {name} --canary N, or "
+                        f"end the occurrence with resume --hold {name}")
+                after = replace(schedule, canaries=(), canary_for=None,
+                                ended_early=occ.start if step == "promote" else
+                                schedule.ended_early)
+            if dry_run:
+                return schedule, after, occ
+            result = await self._write(step, after, after.to_json(), by, reason, now,
+                                       expected=old, occurrence=occ.start, canaries=ids)
+            status = text(result[0])
+            if status == "ok":
+                log.info("fleet %s: %s of schedule %s's occurrence (from %s) by %s%s",
+                         self._name, text(result[1]).replace("_", " "), name,
+                         format_time(occ.start), by, f": {', '.join(ids)}" if ids else "")
+                return schedule, after, occ
+            if status == "unknown":
+                raise ScheduleConflict("unknown", self._name, name,
+                                       f"fleet {self._name} has no schedule {name}")
+        raise ContractError(f"schedule {name} kept changing: try again")
+
     async def _write(
         self, op: str, schedule: Schedule | None, value: str, by: str, reason: str,
         now: datetime, *, name: str | None = None, expected: str = "",
-        occurrence: datetime | None = None,
+        occurrence: datetime | None = None, canaries: Iterable[str] = (),
     ) -> list[object]:
         keys = self._keys
         sname = name if schedule is None else schedule.name
@@ -178,6 +256,7 @@ class Schedules:
             schedule.cron if schedule is not None else "",
             f"{schedule.duration_s:g}" if schedule is not None else "",
             schedule.timezone if schedule is not None else "",
+            ",".join(canaries),
         ]
         result = await self._script(
             [keys.schedules, keys.state, keys.audit, keys.control, keys.alerted], args,
@@ -185,4 +264,4 @@ class Schedules:
         return list(result)
 
 
-__all__ = ["ScheduleConflict", "Schedules"]
+__all__ = ["CANARY_STEPS", "ScheduleConflict", "Schedules", "occurrence_in_force"]

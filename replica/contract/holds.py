@@ -142,7 +142,7 @@ class Hold:
             auto_resume_at=_time(data, "auto_resume_at", name),
             starts_at=_time(data, "starts_at", name),
             select=_select(data.get("select")),
-            canaries=_canaries(data.get("canaries")),
+            canaries=canaries_of(data.get("canaries")),
         )
 
 
@@ -212,7 +212,7 @@ def _select(value: Any) -> str | None:
     return value
 
 
-def _canaries(value: Any) -> tuple[str, ...]:
+def canaries_of(value: Any) -> tuple[str, ...]:
     """Replica ids, sorted; anything else (a hand edit) is no canary: the hold stays on every
     replica (fail closed). An empty list may come back from Lua's cjson as ``{}``."""
     if not isinstance(value, list) or len(value) > 10_000:
@@ -285,6 +285,7 @@ __all__ = [
     "Holds",
     "NoCanaryConflict",
     "active_holds",
+    "canaries_of",
     "hold_applies",
     "holds_field_error",
     "holds_from_json",

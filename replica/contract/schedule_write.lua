@@ -1,22 +1,31 @@
--- fleetgate: add, replace, remove or end early a fleet's schedule in one atomic step, audit it
--- and tell the replicas to read the schedules again.
+-- fleetgate: add, replace, remove or end early a fleet's schedule, or take a canary resume of
+-- its occurrence a step, in one atomic step, audit it and tell the replicas to read the
+-- schedules again.
 --
 -- KEYS[1] fleetgate:{NAME}:schedules   KEYS[2] fleetgate:{NAME}:state
 -- KEYS[3] fleetgate:{NAME}:audit       KEYS[4] fleetgate:{NAME}:control
 -- KEYS[5] fleetgate:{NAME}:alerted
--- ARGV[1] "add" | "remove" | "end"     ARGV[2] schedule name
--- ARGV[3] add: the schedule's JSON; end: the JSON with ended_early set
+-- ARGV[1] "add" | "remove" | "end" | "canary" | "rollback" | "promote"
+-- ARGV[2] schedule name
+-- ARGV[3] add: the schedule's JSON; end: the JSON with ended_early set; canary: with
+--         canaries and canary_for set; rollback: with them cleared; promote: with ended_early
+--         set and them cleared (the coordinator computes it from the JSON of ARGV[11])
 -- ARGV[4] now (ISO 8601 UTC, ms)       ARGV[5] by
 -- ARGV[6] fleet name                   ARGV[7] the most schedules a fleet may have
 -- ARGV[8] audit stream cap             ARGV[9] "1": publish with SPUBLISH (a cluster)
--- ARGV[10] reason (audit)              ARGV[11] end: the JSON it must still be (else "changed")
--- ARGV[12] end: the occurrence's start (ISO)   ARGV[13] add: cron  ARGV[14] add: duration_s
--- ARGV[15] add: timezone
+-- ARGV[10] reason (audit)
+-- ARGV[11] end, canary, rollback, promote: the JSON it must still be (else "changed")
+-- ARGV[12] end, canary, rollback, promote: the occurrence's start (ISO)
+-- ARGV[13] add: cron  ARGV[14] add: duration_s  ARGV[15] add: timezone
+-- ARGV[16] canary: the canaries, comma-separated (audit)
 --
 -- Returns {"clash"} for an add whose name is a hold of the state, {"too_many", n} for an add
--- past ARGV[7], {"unknown"} for a remove or end of a schedule there is not, {"changed"} for an
--- end whose schedule changed since it was read, else {"ok", audit action}. An end records in
--- the alerted hash that the occurrence's end is audited (the watcher writes it no more).
+-- past ARGV[7], {"unknown"} for a remove, end or canary step of a schedule there is not,
+-- {"changed"} for an end or canary step whose schedule changed since it was read, else
+-- {"ok", audit action}. The canary steps audit canary_started (with canaries),
+-- canary_rolled_back and canary_promoted, each with the occurrence's starts_at. An end or a
+-- promote records in the alerted hash that the occurrence's end is audited (the watcher
+-- writes it no more).
 local name = ARGV[2]
 local op = ARGV[1]
 local action
@@ -42,13 +51,16 @@ if op == 'add' then
 elseif op == 'remove' then
   if redis.call('HDEL', KEYS[1], name) == 0 then return {'unknown'} end
   action = 'schedule_removed'
-elseif op == 'end' then
+elseif op == 'end' or op == 'canary' or op == 'rollback' or op == 'promote' then
   local cur = redis.call('HGET', KEYS[1], name)
   if not cur then return {'unknown'} end
   if cur ~= ARGV[11] then return {'changed'} end
   redis.call('HSET', KEYS[1], name, ARGV[3])
-  redis.call('HSET', KEYS[5], 'schedule_ended:' .. name, ARGV[12])
-  action = 'schedule_ended'
+  if op == 'end' or op == 'promote' then
+    redis.call('HSET', KEYS[5], 'schedule_ended:' .. name, ARGV[12])
+  end
+  action = ({['end'] = 'schedule_ended', canary = 'canary_started',
+             rollback = 'canary_rolled_back', promote = 'canary_promoted'})[op]
 else
   return redis.error_reply('unknown op')
 end
@@ -59,11 +71,17 @@ if op == 'add' then
     audit[#audit + 1] = kv[1]
     audit[#audit + 1] = kv[2]
   end
-elseif op == 'end' then
+elseif op ~= 'remove' then
   audit[#audit + 1] = 'starts_at'
   audit[#audit + 1] = ARGV[12]
-  audit[#audit + 1] = 'early'
-  audit[#audit + 1] = '1'
+  if op == 'end' or op == 'promote' then
+    audit[#audit + 1] = 'early'
+    audit[#audit + 1] = '1'
+  end
+  if op == 'canary' then
+    audit[#audit + 1] = 'canaries'
+    audit[#audit + 1] = ARGV[16] or ''
+  end
 end
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', unpack(audit))
 

@@ -2,9 +2,10 @@
 
 They live in the hash ``fleetgate:{NAME}:schedules`` (``Keys.schedules``): schedule name ->
 JSON ``{"cron", "duration_s", "timezone", "reason", "by", "created_at", "starting", "until",
-"skip", "ended_early"}`` (times ISO 8601 UTC or null; ``skip`` a list of local dates
-``YYYY-MM-DD``; ``ended_early`` the start of the occurrence an operator ended early, which is
-then over). Written by the coordinator only (``schedule_write.lua``); every replica reads the
+"skip", "ended_early", "canaries", "canary_for"}`` (times ISO 8601 UTC or null; ``skip`` a
+list of local dates ``YYYY-MM-DD``; ``ended_early`` the start of the occurrence an operator ended
+early, which is then over; ``canaries`` the sorted replica ids a canary resume released the
+occurrence starting at ``canary_for`` on). Written by the coordinator only (``schedule_write.lua``); every replica reads the
 hash at every poll, and at once when the control channel says ``{"fleet", "schedules"}``.
 
 During each occurrence the schedule is a hold of the fleet (``schedule_holds``): the hold is
@@ -14,6 +15,14 @@ occurrence's start and ends at its end (``starts_at``/``auto_resume_at``), so it
 fleet is paused while any hold of the state or any schedule's occurrence is active
 (``with_schedules``). A schedule and a hold of the state never share a name (the coordinator
 refuses it); should they (a hand edit), the state's hold wins and the schedule is not merged.
+
+A canary resume of an occurrence (``resume --hold NAME --canary N``) writes ``canaries`` and
+``canary_for``: the occurrence's hold then has those ``canaries`` (``hold_applies`` releases
+them), but only the occurrence that starts at ``canary_for``: the next one holds every replica
+again. Both are read fail closed: anything but a list of replica ids, or a ``canary_for`` that
+is not a time, is no canary (the hold stays on every replica) and never makes the schedule
+unreadable; a replica of a release before them ignores both fields and stays held (the safe
+side).
 
 A fleet has at most ``MAX_SCHEDULES`` schedules, a cap of their own beside ``MAX_HOLDS``.
 """
@@ -27,7 +36,7 @@ from datetime import date, datetime
 from typing import Any, Final
 
 from replica.contract.clock import format_time, parse_time
-from replica.contract.holds import Hold, validate_hold
+from replica.contract.holds import Hold, canaries_of, validate_hold
 from replica.contract.names import MAX_TEXT_LEN, text
 from replica.contract.recurrence import (
     Occurrence,
@@ -63,6 +72,10 @@ class Schedule:
     skip: tuple[date, ...] = field(default=())
     ended_early: datetime | None = None
     """The start of the occurrence ended early (``resume --hold NAME``): over for good."""
+    canaries: tuple[str, ...] = ()
+    """The replica ids a canary resume released the occurrence ``canary_for`` on (sorted)."""
+    canary_for: datetime | None = None
+    """The start of the occurrence ``canaries`` apply to (no other occurrence has them)."""
 
     def __post_init__(self) -> None:
         validate_hold(self.name)
@@ -91,6 +104,8 @@ class Schedule:
             "until": format_time(self.until) or None,
             "skip": [d.isoformat() for d in self.skip],
             "ended_early": format_time(self.ended_early) or None,
+            "canaries": list(self.canaries),
+            "canary_for": format_time(self.canary_for) or None,
         }
 
     def to_json(self) -> str:
@@ -119,6 +134,8 @@ class Schedule:
             until=_time(data, "until", name),
             skip=tuple(sorted({parse_date(d) for d in skip_raw})),
             ended_early=_time(data, "ended_early", name),
+            canaries=canaries_of(data.get("canaries")),
+            canary_for=_lenient_time(data.get("canary_for")),
         )
 
     @classmethod
@@ -147,9 +164,17 @@ class Schedule:
             return occ
         return None
 
+    def canaries_for(self, occ: Occurrence) -> tuple[str, ...]:
+        """The canaries of ``occ``: ``canaries`` when they are for it, else none."""
+        if self.canaries and self.canary_for is not None and self.canary_for == occ.start:
+            return self.canaries
+        return ()
+
     def hold(self, occ: Occurrence) -> Hold:
-        """The fleet hold this schedule is during ``occ``."""
-        return Hold(self.name, self.reason, self.by, occ.start, occ.end, occ.end, occ.start)
+        """The fleet hold this schedule is during ``occ`` (with its canaries, if a canary
+        resume of that very occurrence released some)."""
+        return Hold(self.name, self.reason, self.by, occ.start, occ.end, occ.end, occ.start,
+                    canaries=self.canaries_for(occ))
 
 
 def occurrences(schedule: Schedule, start: datetime, end: datetime) -> list[Occurrence]:
@@ -288,6 +313,16 @@ def _str(data: Mapping[str, Any], key: str, name: str, default: str | None = Non
     if not isinstance(value, str) or len(value) > MAX_TEXT_LEN:
         raise ContractError(f"schedule {name[:64]!r}: bad {key}")
     return value
+
+
+def _lenient_time(value: Any) -> datetime | None:
+    """``canary_for``: a time, or None for anything else (no canary: fail closed)."""
+    if not isinstance(value, str) or not value or len(value) > 64:
+        return None
+    try:
+        return parse_time(value)
+    except ContractError:
+        return None
 
 
 def _time(data: Mapping[str, Any], key: str, name: str) -> datetime | None:
