@@ -42,6 +42,18 @@ NOT_FOR_PARSING = (
 NOT_FOR_STATUS = ("pydantic", "pydantic_core", "pydantic_settings", "typer._adapters",
                   "coordinator.settings", "rich", "cronsim", "zoneinfo")
 
+# What a command that only reads never needs of the library: the changes (and their dry runs),
+# the producer, the confirmation by Redis replicas, the wait and the acknowledgements'
+# subscription (``Fleet`` makes them on first use); nor the other commands' modules (an app of
+# the command named first runs it: ``coordinator.cli.app.build_app``).
+NOT_FOR_READING = (
+    "coordinator.fleet.changes", "coordinator.fleet.dryrun", "coordinator.fleet.producer",
+    "coordinator.fleet.durability", "coordinator.fleet.waiting", "coordinator.fleet.listener",
+    "coordinator.fleet.acks", "coordinator.fleet.waitscope", "replica.link.subscription",
+    "coordinator.cli.change", "coordinator.cli.enqueue", "coordinator.cli.serve",
+    "coordinator.cli.schedule", "coordinator.cli.limits", "coordinator.cli.fleets",
+)
+
 
 def _fleetgate(*argvs: list[str], env: dict[str, str] | None = None) -> tuple[list[int], set[str], str, str]:
     """Run ``main(argv)`` for each ``argv`` in one fresh interpreter: (exit statuses, the
@@ -99,7 +111,50 @@ def test_status_loads_neither_the_change_commands_nor_the_web_side(
         "coordinator.cli.multi", "coordinator.cli.changing", "coordinator.render.change",
         "coordinator.render.history", "coordinator.web", "coordinator.notify",
         "coordinator.demo", "fastapi", "uvicorn", "starlette", *NOT_FOR_STATUS,
+        *NOT_FOR_READING,
     )) == []
+
+
+def test_fleetgate_status_loads_no_change_wait_or_other_command_machinery(
+    capsys: pytest.CaptureFixture[str], env: None, redis_url: str, fleet_name: str
+) -> None:
+    assert main(["pause", "--reason", "start-up"]) == 0
+    capsys.readouterr()
+    environ = {**os.environ, "FLEETGATE_REDIS_URL": redis_url, "FLEETGATE_FLEET": fleet_name}
+    codes, modules, _, err = _fleetgate(["status"], ["status", "--json"], env=environ)
+    assert codes == [0, 0], err
+    assert _loaded(modules, NOT_FOR_READING) == []
+    assert "coordinator.fleet.fleet" in modules  # it did read, through Fleet
+
+
+def test_a_global_option_before_the_command_still_runs_it(
+    capsys: pytest.CaptureFixture[str], env: None, redis_url: str, fleet_name: str
+) -> None:
+    assert main(["--fleet", fleet_name, "pause", "--reason", "global first"]) == 0
+    capsys.readouterr()
+    assert main(["--redis-url", redis_url, "--fleet", fleet_name, "status"]) == 0
+    assert capsys.readouterr().out.split()[:3] == ["PAUSED", "fleet", fleet_name]
+
+
+@pytest.mark.parametrize("command", [*COMMANDS, "schedule", "limits"])
+def test_an_app_of_one_command_says_what_the_whole_app_says_of_it(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``build_app(command)`` (what runs ``fleetgate COMMAND ...``) against the whole app: the
+    same help and the same usage error."""
+    from coordinator.cli.app import build_app
+
+    answers = []
+    for only in (None, command):
+        for argv in ([command, "--help"], [command, "--no-such-option"]):
+            try:
+                build_app(only)(args=argv, prog_name="fleetgate", standalone_mode=False)
+            except Exception as exc:  # typer's usage error
+                answers.append((type(exc).__name__, getattr(exc, "exit_code", None), str(exc)))
+            answers.append(capsys.readouterr().out)
+    whole, alone = answers[: len(answers) // 2], answers[len(answers) // 2:]
+    assert whole == alone
+    assert f"Usage: fleetgate {command}" in str(alone[0])
 
 
 def test_the_fleets_limit_typer_reads_is_the_overviews_maximum() -> None:

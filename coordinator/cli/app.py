@@ -32,18 +32,19 @@ The commands live by what they do: ``change`` (pause, resume), ``read`` (status,
 Start-up: typer reads every command's signature to build the command line, so the command
 modules import typer and the option checks only; each command loads the library, Redis,
 pydantic and rich when it runs (``fleetgate --help`` loads none of them, ``tests/test_layers.py``
-holds it to that).
+holds it to that). A command line that starts with its command is run by an app of that
+command alone (``build_app``): ``fleetgate status`` neither loads nor builds the others.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, cast
+from typing import TYPE_CHECKING, Annotated, Final, cast
 
 import typer
 
-from coordinator.cli import change, enqueue, fleets, limits, read, schedule, serve
 from coordinator.cli.coercion import LeanCommand, LeanGroup
 from coordinator.cli.exits import (
     EXIT_INTERRUPTED,
@@ -58,19 +59,15 @@ from coordinator.cli.output import fail, plain
 if TYPE_CHECKING:
     from replica.process.shutdown import Interrupted
 
-app = typer.Typer(
-    name="fleetgate",
-    cls=LeanGroup,  # option values coerced without pydantic where typer's answer is plain
-    help="Pause and resume a fleet of asyncio workers through Redis.",
-    add_completion=False,
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+COMMANDS: Final = {
+    "pause": "change", "resume": "change", "status": "read", "history": "read",
+    "fleets": "fleets", "enqueue": "enqueue", "serve": "serve", "demo": "serve",
+}
+"""Each command and the module of ``coordinator.cli`` that holds it (a function of its name)."""
+GROUPS: Final = ("schedule", "limits")
+"""The command groups: each a module of ``coordinator.cli`` with its own typer ``app``."""
 
 
-@app.callback()
 def _options(
     ctx: typer.Context,
     redis_url: Annotated[
@@ -91,15 +88,39 @@ def _options(
     ctx.obj = Globals(redis_url=redis_url, fleet=fleet)
 
 
-for command in (
-    change.pause, change.resume, read.status, read.history, fleets.fleets, enqueue.enqueue,
-    serve.serve, serve.demo,
-):
-    app.command(cls=LeanCommand)(command)
+def build_app(only: str | None = None) -> typer.Typer:
+    """The typer app: every command, or only the command (or group) ``only``.
+
+    Typer builds the command line from every registered command's signature (their type
+    hints evaluated, each option made) before it runs one: a command line that names its
+    command first (``fleetgate status ...``) is run by an app of that command alone, its
+    module the only one loaded. Its options, help, usage errors and exit statuses are the
+    same; anything else (``--help``, a global option first, an unknown command) gets the
+    whole app."""
+    app = typer.Typer(
+        name="fleetgate",
+        cls=LeanGroup,  # option values coerced without pydantic where typer's answer is plain
+        help="Pause and resume a fleet of asyncio workers through Redis.",
+        add_completion=False,
+        no_args_is_help=True,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(_options)
+    for name in (*COMMANDS, *GROUPS) if only is None else (only,):
+        module = importlib.import_module(f"coordinator.cli.{COMMANDS.get(name, name)}")
+        if name in GROUPS:
+            app.add_typer(module.app, name=name)
+        else:
+            app.command(cls=LeanCommand)(getattr(module, name))
+    return app
 
 
-app.add_typer(schedule.app, name="schedule")
-app.add_typer(limits.app, name="limits")
+def __getattr__(name: str) -> typer.Typer:
+    if name == "app":  # the whole app, as typer's tools and the tests read it
+        return build_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,8 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    only = args[0] if args and (args[0] in COMMANDS or args[0] in GROUPS) else None
     try:
-        rv = app(args=args, prog_name="fleetgate", standalone_mode=False)
+        rv = build_app(only)(args=args, prog_name="fleetgate", standalone_mode=False)
     except CliError as exc:
         return fail(str(exc), exc.code)
     except typer.TyperException as exc:  # typer's (vendored click) usage errors

@@ -26,19 +26,17 @@ from redis.exceptions import RedisError
 
 from coordinator.cli.exits import EXIT_OUTCOME_UNKNOWN, EXIT_UNREACHABLE, CliError, usage
 from coordinator.cli.output import plain
-from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from replica.contract import FleetState
 from replica.contract.urls import RedisTarget, parse_redis_url, redact_url
 from replica.errors import ContractError, OutcomeUnknown, RedisMisconfigured
 from replica.link.connect import connect
-from replica.link.diagnose import diagnose
-from replica.link.diagnose import preflight as check_redis
 from replica.link.redisio import bounded, cancel_bounded
 from replica.process.shutdown import Shutdown, conventional_status
 
 if TYPE_CHECKING:
     from coordinator.cli.lightsettings import CommandSettings
+    from coordinator.fleet.durability import NotConfirmed
 
 T = TypeVar("T")
 
@@ -179,6 +177,8 @@ def preflight(settings: CommandSettings) -> None:
     work (``replica.link.diagnose.preflight``). What can never work as it is raises
     ``CliError`` (exit 2, one line); an unreachable Redis does not: the command starts and
     retries, as it does when Redis goes away later."""
+    from replica.link.diagnose import preflight as check_redis
+
     try:
         asyncio.run(check_redis(parse_redis_url(settings.redis_url)))
     except RedisMisconfigured as exc:
@@ -190,6 +190,8 @@ def preflight(settings: CommandSettings) -> None:
 async def _explained(settings: CommandSettings, target: RedisTarget, exc: Exception) -> Exception:
     """``exc`` as the diagnosis reads it: a ``RedisMisconfigured`` when it can never work, the
     unreachable line with its likely cause, or ``exc`` itself."""
+    from replica.link.diagnose import diagnose
+
     found = await diagnose(target, exc)
     if found is None:
         return exc

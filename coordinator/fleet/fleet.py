@@ -25,24 +25,18 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timedelta
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from coordinator.fleet import producer
 from coordinator.fleet.calls import again
-from coordinator.fleet.changes import Changes
-from coordinator.fleet.dryrun import DryRun
-from coordinator.fleet.durability import Durability, NotConfirmed
 from coordinator.fleet.limits import LimitChange, LimitReading, Limits
-from coordinator.fleet.listener import AckListener
 from coordinator.fleet.models import AuditEvent, FleetStatus, ReplicaInfo, WaitReport
 from coordinator.fleet.reads import Reads
 from coordinator.fleet.schedules import Schedules
 from coordinator.fleet.tracing import change_span, made, wait_span, waited
-from coordinator.fleet.waiting import Waiter
-from coordinator.fleet.waitscope import WaitScope
 from replica.contract import (
     A_ACTION,
     A_AT,
@@ -60,6 +54,13 @@ from replica.contract import (
 from replica.contract.keys import FLEETS_KEY
 from replica.contract.schedules import Schedule, ScheduleSet
 from replica.link.redisio import uncancelled
+
+if TYPE_CHECKING:  # loaded by the first change or wait: a command that only reads never needs them
+    from coordinator.fleet.changes import Changes
+    from coordinator.fleet.dryrun import DryRun
+    from coordinator.fleet.listener import AckListener
+    from coordinator.fleet.waiting import Waiter
+    from coordinator.fleet.waitscope import WaitScope
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +88,33 @@ class Fleet:
         self._name = validate_fleet(name)
         self._keys = Keys(name)
         self.wait_poll_interval = wait_poll_interval
+        self._min_replicas = (min_replicas_ack, min_replicas_timeout)
         self._reads = Reads(redis, self._name, self._keys)
-        self._changes = Changes(redis, self._name, self._keys, self._reads,
-                                Durability(min_replicas_ack, min_replicas_timeout))
-        self._listener = AckListener(redis, self._keys)
-        self._waiter = Waiter(redis, self._keys, self._reads, self._listener)
         self._limits = Limits(redis, self._name, self._keys)
         self._schedules = Schedules(redis, self._name, self._keys)
+
+    # The changes, the acknowledgements' subscription and the wait are made (and their modules
+    # loaded) on first use: ``fleetgate status`` reads and loads none of them.
+
+    @cached_property
+    def _changes(self) -> Changes:
+        from coordinator.fleet.changes import Changes
+        from coordinator.fleet.durability import Durability
+
+        return Changes(self._redis, self._name, self._keys, self._reads,
+                       Durability(*self._min_replicas))
+
+    @cached_property
+    def _listener(self) -> AckListener:
+        from coordinator.fleet.listener import AckListener
+
+        return AckListener(self._redis, self._keys)
+
+    @cached_property
+    def _waiter(self) -> Waiter:
+        from coordinator.fleet.waiting import Waiter
+
+        return Waiter(self._redis, self._keys, self._reads, self._listener)
 
     # ------------------------------------------------------------------ listening
 
@@ -106,7 +127,8 @@ class Fleet:
 
     async def aclose(self) -> None:
         """Close the subscription ``listen()`` opened (if any)."""
-        await self._listener.close()
+        if "_listener" in self.__dict__:  # made by listen() or a wait: else nothing is open
+            await self._listener.close()
 
     async def __aenter__(self) -> Fleet:
         return await self.listen()
@@ -174,6 +196,8 @@ class Fleet:
         the same at any fleet size) and ``wait`` reads the set itself, after the change."""
         if hold is not None:  # a schedule's name is its own (ScheduleConflict, kind clash)
             await self._schedules.refuse_hold_named_as_schedule(hold)
+        from coordinator.fleet.durability import NotConfirmed
+
         with change_span(self._name, "pause", hold or DEFAULT_HOLD, by) as traced:
             try:
                 state = await self._changes.pause(
@@ -212,6 +236,8 @@ class Fleet:
         replica ids ``canaries`` only (``coordinator.fleet.canary`` chooses them),
         ``"rollback"`` puts it back on them, ``"promote"`` releases it (both raise
         ``NoCanaryConflict`` for a hold without canaries). ``dry_run``: as for ``pause()``."""
+        from coordinator.fleet.durability import NotConfirmed
+
         with change_span(self._name, "resume", "*" if all else hold, by) as traced:
             try:
                 state = await self._changes.resume(by, stagger, reason, hold, all, for_wait,
@@ -280,6 +306,8 @@ class Fleet:
         (``WAIT`` on that connection, ``min_replicas_ack`` within ``min_replicas_timeout``): a
         batch no replica confirmed raises ``BatchNotConfirmed`` carrying its ids (written to
         the primary; a failover now could lose it)."""
+        from coordinator.fleet import producer
+
         return await producer.enqueue(self._redis, self._name, self._keys, items,
                                       self._changes.durability, timeout)
 
