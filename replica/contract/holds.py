@@ -133,14 +133,15 @@ class Hold:
         validate_hold(name)
         if not isinstance(data, dict):
             raise ContractError(f"hold {name}: not an object")
+        owner = f"hold {name}"
         return cls(
             name=name,
-            reason=_text(data, "reason", name),
-            by=_text(data, "by", name),
-            since=_time(data, "since", name),
-            expected_until=_time(data, "expected_until", name),
-            auto_resume_at=_time(data, "auto_resume_at", name),
-            starts_at=_time(data, "starts_at", name),
+            reason=text_field(data, "reason", owner),
+            by=text_field(data, "by", owner),
+            since=time_field(data, "since", owner),
+            expected_until=time_field(data, "expected_until", owner),
+            auto_resume_at=time_field(data, "auto_resume_at", owner),
+            starts_at=time_field(data, "starts_at", owner),
             select=_select(data.get("select")),
             canaries=canaries_of(data.get("canaries")),
         )
@@ -255,21 +256,26 @@ def holds_field_error(exc: ContractError) -> InvalidMessage:
     return InvalidMessage("bad_field", f"holds: {str(exc)[:120]}")
 
 
-def _text(data: Mapping[str, Any], field: str, name: str) -> str:
-    value = data.get(field, "")
-    if value is None:
-        return ""
+def text_field(data: Mapping[str, Any], key: str, owner: str, default: str | None = "") -> str:
+    """The text ``key`` of a hold's or a schedule's JSON object (``owner``: ``hold NAME``, for
+    the error): ``default`` when it is missing or null (None: required), else a string of at
+    most ``MAX_TEXT_LEN``. Raises ``ContractError``."""
+    value = data.get(key, default)
+    if value is None and default is not None:
+        return default
     if not isinstance(value, str) or len(value) > MAX_TEXT_LEN:
-        raise ContractError(f"hold {name}: bad {field}")
+        raise ContractError(f"{owner}: bad {key}")
     return value
 
 
-def _time(data: Mapping[str, Any], field: str, name: str) -> datetime | None:
-    value = data.get(field)
+def time_field(data: Mapping[str, Any], key: str, owner: str) -> datetime | None:
+    """The time ``key`` of a hold's or a schedule's JSON object: None when missing, null or
+    empty, else an ISO 8601 time. Raises ``ContractError`` (``owner``: as ``text_field``)."""
+    value = data.get(key)
     if value is None or value == "":
         return None
     if not isinstance(value, str) or len(value) > 64:
-        raise ContractError(f"hold {name}: bad {field}")
+        raise ContractError(f"{owner}: bad {key}")
     return parse_time(value)
 
 
@@ -296,5 +302,7 @@ __all__ = [
     "read_select",
     "running_since",
     "select_error",
+    "text_field",
+    "time_field",
     "validate_hold",
 ]

@@ -36,7 +36,7 @@ from datetime import date, datetime
 from typing import Any, Final
 
 from replica.contract.clock import format_time, parse_time
-from replica.contract.holds import Hold, canaries_of, validate_hold
+from replica.contract.holds import Hold, canaries_of, text_field, time_field, validate_hold
 from replica.contract.names import MAX_TEXT_LEN, text
 from replica.contract.recurrence import (
     Occurrence,
@@ -122,18 +122,19 @@ class Schedule:
         duration = data.get("duration_s")
         if isinstance(duration, str):
             raise ContractError(f"schedule {name[:64]!r}: bad duration_s")
+        owner = f"schedule {name[:64]!r}"  # its fields are read as a hold's (holds.text_field)
         return cls(
             name=name,
-            cron=_str(data, "cron", name),
+            cron=text_field(data, "cron", owner, None),
             duration_s=validate_duration(duration),
-            timezone=_str(data, "timezone", name),
-            reason=_str(data, "reason", name, ""),
-            by=_str(data, "by", name, ""),
-            created_at=_time(data, "created_at", name),
-            starting=_time(data, "starting", name),
-            until=_time(data, "until", name),
+            timezone=text_field(data, "timezone", owner, None),
+            reason=text_field(data, "reason", owner),
+            by=text_field(data, "by", owner),
+            created_at=time_field(data, "created_at", owner),
+            starting=time_field(data, "starting", owner),
+            until=time_field(data, "until", owner),
             skip=tuple(sorted({parse_date(d) for d in skip_raw})),
-            ended_early=_time(data, "ended_early", name),
+            ended_early=time_field(data, "ended_early", owner),
             canaries=canaries_of(data.get("canaries")),
             canary_for=_lenient_time(data.get("canary_for")),
         )
@@ -306,15 +307,6 @@ def with_active_schedules(
     return replace(state, holds=tuple(sorted(own + active, key=lambda h: h.name)))
 
 
-def _str(data: Mapping[str, Any], key: str, name: str, default: str | None = None) -> str:
-    value = data.get(key, default)
-    if value is None and default is not None:
-        return default
-    if not isinstance(value, str) or len(value) > MAX_TEXT_LEN:
-        raise ContractError(f"schedule {name[:64]!r}: bad {key}")
-    return value
-
-
 def _lenient_time(value: Any) -> datetime | None:
     """``canary_for``: a time, or None for anything else (no canary: fail closed)."""
     if not isinstance(value, str) or not value or len(value) > 64:
@@ -323,15 +315,6 @@ def _lenient_time(value: Any) -> datetime | None:
         return parse_time(value)
     except ContractError:
         return None
-
-
-def _time(data: Mapping[str, Any], key: str, name: str) -> datetime | None:
-    value = data.get(key)
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str) or len(value) > 64:
-        raise ContractError(f"schedule {name[:64]!r}: bad {key}")
-    return parse_time(value)
 
 
 __all__ = [
