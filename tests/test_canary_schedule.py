@@ -24,6 +24,8 @@ from coordinator.fleet.canary import CanarySpec
 from coordinator.fleet.occurrence_canary import choose_canaries, occurrence_canary
 from coordinator.fleet.overview import status_with_backlog
 from coordinator.fleet.schedules import ScheduleConflict
+from coordinator.fleet.timeline import read_timeline
+from coordinator.render.schedules import occurrence_line, schedule_dict
 from replica.contract import Keys, now_utc
 from replica.contract.recurrence import Occurrence
 from replica.contract.schedules import Schedule
@@ -233,3 +235,40 @@ async def test_the_cli_canary_resumes_a_schedules_occurrence_promotes_and_rolls_
         actions = [e["action"] for e in json.loads(
             (await _cli(redis_url, fleet_name, "history", "--json")).stdout)["events"]]
         assert actions[:2] == ["canary_rolled_back", "canary_started"]
+
+
+async def test_the_timeline_and_the_schedule_list_show_an_occurrences_canary_resume(
+    redis: aioredis.Redis, fleet_name: str,
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    now = now_utc()
+    await fleet.add_schedule("freeze", f"{now.minute} {now.hour} * * *", timedelta(hours=23),
+                             "UTC", "freeze", by="ops")
+    _, after, occ = await occurrence_canary(fleet, "freeze", "canary", "alice", "try",
+                                            ["pod-1"])
+    listed = schedule_dict(after, now_utc())
+    assert listed["canaries_in_force"] == ["pod-1"] and listed["canary_for"] is not None
+    assert "released on canaries pod-1 (canary resume)" in occurrence_line(after, occ, now_utc())
+    await occurrence_canary(fleet, "freeze", "promote", "bob", "fine")
+    promoted_at = (await fleet.history(limit=1))[0].at
+    line = await read_timeline(redis, fleet_name, now_utc(), hours=24, days=1)
+    span = next(s for s in line.spans if s.hold == "freeze" and s.start is not None
+                and s.start <= now_utc())
+    assert (span.end, span.ended, span.ended_by) == (promoted_at, "promoted", "bob")
+    phase = span.extras["canary"]
+    assert (phase["replicas"], phase["outcome"], phase["by"]) == (["pod-1"], "promoted", "alice")
+    listed = schedule_dict((await fleet.schedules()).get("freeze"), now_utc())  # type: ignore[arg-type]
+    assert listed["canaries_in_force"] == [] and listed["active"] is False
+
+
+async def test_a_selected_holds_past_span_keeps_its_selector(
+    redis: aioredis.Redis, fleet_name: str,
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    await fleet.pause("az failover", by="ops", hold="zone-a", select="zone=eu-west-1a")
+    await fleet.resume(by="ops", hold="zone-a")
+    events = await redis.xrange(Keys(fleet_name).audit)
+    assert events[0][1]["select"] == "zone=eu-west-1a"
+    line = await read_timeline(redis, fleet_name, now_utc(), hours=1, days=0)
+    span = next(s for s in line.spans if s.hold == "zone-a")
+    assert span.ended == "released" and span.extras.get("select") == "zone=eu-west-1a"

@@ -5,7 +5,9 @@ JSON (``schedule list --json``, ``GET /api/fleets/{name}/schedules``): ``{"fleet
 (``replica.contract.schedules``) plus its ``name``, ``active`` (an occurrence is in force at
 ``now``) and ``next``: the occurrence in force (unless ended early) and the following ones,
 three in all, each ``{"start", "end"}`` in UTC and ``{"local_start", "local_end"}`` in the
-schedule's zone (ISO 8601 with the offset).
+schedule's zone (ISO 8601 with the offset); ``canaries_in_force``: the replicas a canary resume
+released the occurrence in force on (``[]``: none; ``canaries`` as stored may name an
+occurrence that is over).
 
 Text: one line per schedule, then one per occurrence::
 
@@ -51,10 +53,12 @@ def occurrence_dict(schedule: Schedule, occ: Occurrence) -> dict[str, Any]:
 
 def schedule_dict(schedule: Schedule, now: datetime, count: int = NEXT) -> dict[str, Any]:
     nexts = next_occurrences(schedule, now, count)
+    active = bool(nexts) and nexts[0].active(now)
     return {
         "name": schedule.name,
         **schedule.to_dict(),
-        "active": bool(nexts) and nexts[0].active(now),
+        "active": active,
+        "canaries_in_force": list(schedule.canaries_for(nexts[0])) if active else [],
         "next": [occurrence_dict(schedule, o) for o in nexts],
     }
 
@@ -78,8 +82,11 @@ def occurrence_line(schedule: Schedule, occ: Occurrence, now: datetime) -> str:
     same_day = occ.start.astimezone(zone(schedule.timezone)).date() == \
         occ.end.astimezone(zone(schedule.timezone)).date()
     word = "now " if occ.active(now) else "next"
+    canaries = schedule.canaries_for(occ) if occ.active(now) else ()
     return (f"{word} {_local(occ.start, schedule)} ({format_time(occ.start)}) to "
-            f"{_local(occ.end, schedule, date=not same_day)} ({format_time(occ.end)})")
+            f"{_local(occ.end, schedule, date=not same_day)} ({format_time(occ.end)})"
+            + (f", released on canaries {printable(', '.join(canaries))} (canary resume)"
+               if canaries else ""))
 
 
 def schedule_head(schedule: Schedule) -> str:

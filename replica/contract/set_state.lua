@@ -317,6 +317,11 @@ if canary == 'canary' then
   audit[#audit + 1] = 'canaries'
   audit[#audit + 1] = table.concat(holds[name].canaries, ',')
 end
+if action == 'pause' and (ARGV[18] or '') ~= '' then
+  -- the hold's selector, so a span rebuilt from the trail keeps it once the hold is gone
+  audit[#audit + 1] = 'select'
+  audit[#audit + 1] = ARGV[18]
+end
 if action == 'pause' and ARGV[6] ~= '' then
   audit[#audit + 1] = 'auto_resume_at'
   audit[#audit + 1] = ARGV[6]

@@ -41,6 +41,16 @@ window.FG.schedules = (function () {
       cell(tr, next ? (s.active ? "now, since " : "") + local(next.local_start) : "no more",
         "next-local");
       cell(tr, next ? next.start + " – " + next.end : "-", "next-utc");
+      // a canary resume of the occurrence in force: "canary: 1 released (pod-1)"
+      const canaries = Array.isArray(s.canaries_in_force)
+        ? s.canaries_in_force.filter((c) => typeof c === "string") : [];
+      if (s.active && canaries.length) {
+        const div = document.createElement("div");
+        div.className = "hold-canary";
+        div.dataset.canaries = canaries.join(",");
+        div.textContent = "canary: " + canaries.length + " released (" + canaries.join(", ") + ")";
+        tr.lastChild.appendChild(div);
+      }
       tbody.appendChild(tr);
     }
     $("no-schedules").hidden = list.length > 0;
