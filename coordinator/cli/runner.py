@@ -4,8 +4,9 @@
 deadline bounds the whole action, whatever Redis does (a hung server included): past it the
 action is cancelled and ``DeadlineExceeded`` is raised, for the command to say what is known
 (a change command knows whether its change was sent, see ``Progress``). Failures become
-``CliError``s: Redis unreachable (1), a value the contract refuses (2), a change whose outcome
-is unknown (5, ``replica.errors.OutcomeUnknown``). Before the action the server is asked
+``CliError``s by one table, ``ERROR_EXITS`` (``exits`` applies it to a command's checks before
+its Redis work too): Redis unreachable (1), a value the contract refuses (2), a change whose
+outcome is unknown (5, ``replica.errors.OutcomeUnknown``). Before the action the server is asked
 whether it runs Lua scripts (``replica.link.diagnose.require_scripting``: exit 2 when it
 cannot); a failure to reach it is read by ``replica.link.diagnose.diagnose``: what can
 never work as it is (a password Redis requires, a TLS port reached without TLS, a Sentinel
@@ -18,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -104,18 +106,22 @@ async def _close(redis: Any) -> None:
             transport.abort()
 
 
-def outcome_unknown(settings: CommandSettings, why: str) -> CliError:
+def _url(settings: CommandSettings | None) -> str:
+    return redact_url(settings.redis_url) if settings is not None else "the configured URL"
+
+
+def outcome_unknown(settings: CommandSettings | None, why: str) -> CliError:
     """The one line (and exit 5) of a change that was sent and never answered."""
     return CliError(
         f"the outcome is unknown ({why}): the change was sent to Redis at "
-        f"{redact_url(settings.redis_url)} and may have been applied; check the state with "
+        f"{_url(settings)} and may have been applied; check the state with "
         "'fleetgate status' before trying again",
         EXIT_OUTCOME_UNKNOWN,
     )
 
 
-def unreachable(settings: CommandSettings, why: str) -> CliError:
-    return CliError(f"cannot reach Redis at {redact_url(settings.redis_url)}: {why}", EXIT_UNREACHABLE)
+def unreachable(settings: CommandSettings | None, why: str) -> CliError:
+    return CliError(f"cannot reach Redis at {_url(settings)}: {why}", EXIT_UNREACHABLE)
 
 
 def run_with_fleet(
@@ -158,18 +164,50 @@ def run_with_fleet(
         finally:
             await _close(redis)
 
-    try:
+    with exits(settings):
         return Shutdown(interrupted).run(go())
-    except RedisMisconfigured as exc:  # the server answered: it cannot work as it is
-        raise usage(f"cannot use Redis at {redact_url(settings.redis_url)}: {plain(str(exc))}") from None
-    except OutcomeUnknown as exc:  # Fleet's: the change script was sent, no answer came
-        cause = exc.__cause__
-        why = (plain(str(cause)) or type(cause).__name__) if cause is not None else "no answer came"
-        raise outcome_unknown(settings, why) from None
-    except (RedisError, OSError, TimeoutError) as exc:
-        raise unreachable(settings, plain(str(exc)) or type(exc).__name__) from None
-    except ContractError as exc:
-        raise usage(str(exc)) from None
+
+
+def _misconfigured(settings: CommandSettings | None, exc: Exception) -> CliError:
+    return usage(f"cannot use Redis at {_url(settings)}: {plain(str(exc))}")
+
+
+def _unknown(settings: CommandSettings | None, exc: Exception) -> CliError:
+    cause = exc.__cause__
+    why = (plain(str(cause)) or type(cause).__name__) if cause is not None else "no answer came"
+    return outcome_unknown(settings, why)
+
+
+def _unreachable(settings: CommandSettings | None, exc: Exception) -> CliError:
+    return unreachable(settings, plain(str(exc)) or type(exc).__name__)
+
+
+def _refused(settings: CommandSettings | None, exc: Exception) -> CliError:
+    return usage(str(exc))
+
+
+ERROR_EXITS: Final[tuple[tuple[type[Exception] | tuple[type[Exception], ...],
+                               Callable[[CommandSettings | None, Exception], CliError]], ...]] = (
+    (RedisMisconfigured, _misconfigured),  # the server answered: it cannot work as it is (2)
+    (OutcomeUnknown, _unknown),  # Fleet's: the change script was sent, no answer came (5)
+    ((RedisError, OSError, TimeoutError), _unreachable),  # Redis cannot be reached (1)
+    (ContractError, _refused),  # a value the contract refuses (2)
+)
+"""Which error exits how, first match: the one table every command's errors go through
+(``exits``), in a command's Redis work (``run_with_fleet``) or in its checks before it."""
+
+
+@contextmanager
+def exits(settings: CommandSettings | None = None) -> Iterator[None]:
+    """Raise an error of ``ERROR_EXITS`` as its ``CliError`` (its one line and exit status);
+    any other goes on as it is."""
+    try:
+        yield
+    except Exception as exc:
+        for kinds, error in ERROR_EXITS:
+            if isinstance(exc, kinds):
+                raise error(settings, exc) from None
+        raise
 
 
 def preflight(settings: CommandSettings) -> None:
@@ -220,8 +258,10 @@ async def _until(aw: Awaitable[T], deadline: Callable[[], float]) -> T:
 
 
 __all__ = [
+    "ERROR_EXITS",
     "DeadlineExceeded",
     "Progress",
+    "exits",
     "outcome_unknown",
     "preflight",
     "run_with_fleet",

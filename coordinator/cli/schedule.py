@@ -78,24 +78,21 @@ def add(
     g: Globals = ctx.obj
     from coordinator.cli.options import duration_option, hold_option, operator, reason_option
     from coordinator.cli.output import console, emit_json
-    from coordinator.cli.runner import run_with_fleet
+    from coordinator.cli.runner import exits, run_with_fleet
     from coordinator.render.schedules import schedule_dict, schedule_head, schedules_text
     from replica.contract import now_utc
     from replica.contract.recurrence import MAX_DURATION_S, validate_cron, zone
     from replica.contract.schedules import ScheduleSet, parse_date
-    from replica.errors import ContractError
 
     hold = hold_option(name)
     assert hold is not None
     why = reason_option(reason)
     seconds = duration_option(duration, "--duration", maximum=MAX_DURATION_S)
     assert seconds is not None
-    try:
+    with exits():  # a bad expression, zone or date exits as every command's (2)
         validate_cron(cron)
         zone(timezone)
         skipped = [parse_date(d.strip()) for d in skip or ()]
-    except ContractError as exc:
-        raise usage(str(exc)) from None
     first = _when(starting, "--starting", timezone)
     last = _when(until, "--until", timezone)
     who = operator(by)
