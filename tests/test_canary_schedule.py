@@ -272,3 +272,24 @@ async def test_a_selected_holds_past_span_keeps_its_selector(
     line = await read_timeline(redis, fleet_name, now_utc(), hours=1, days=0)
     span = next(s for s in line.spans if s.hold == "zone-a")
     assert span.ended == "released" and span.extras.get("select") == "zone=eu-west-1a"
+
+
+async def test_pause_select_json_says_how_many_live_replicas_matched(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str,
+) -> None:
+    reps = [await Replica(redis_url, fleet_name, f"pod-{i}", poll_interval=0.2,
+                          labels={"zone": zone}).start()
+            for i, zone in enumerate(("eu-west-1a", "us-east-1a"))]
+    try:
+        async def both() -> bool:
+            return len((await Fleet(redis, fleet_name).status()).replicas) == 2
+        await until_async(both)
+        done = await _cli(redis_url, fleet_name, "pause", "--hold", "zone-a", "--select",
+                          "zone=eu-west-1a", "--reason", "az failover", "--json")
+        assert done.returncode == 0, done.stderr
+        body = json.loads(done.stdout)
+        assert body["selected"] == {"select": "zone=eu-west-1a", "matched": 1, "live": 2}
+        assert body["state"]["holds"]["zone-a"]["select"] == "zone=eu-west-1a"
+    finally:
+        for r in reps:
+            await r.stop()

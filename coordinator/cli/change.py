@@ -136,8 +136,10 @@ def pause(
     state, report, _, change = changing.run_change(settings, act, progress, json_out)
     unconfirmed = changing.unconfirmed_line(settings, progress)
     suffix = scoped.matched_text(select, *matched[-1]) if select is not None and matched else ""
+    selected = None if select is None or not matched else {  # as the API's pause says it
+        "selected": {"select": select, "matched": matched[-1][0], "live": matched[-1][1]}}
     changing.report_action(state, report, json_out, unconfirmed=unconfirmed, change=change,
-                           suffix=suffix)
+                           suffix=suffix, extra=selected)
     if select is not None and wait and matched and matched[-1][0] == 0:
         raise scoped.no_match_error(state.fleet, select, matched[-1][1])
 

@@ -9,7 +9,7 @@ Loaded only when a change command runs: it imports the library (and so Redis) an
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from coordinator import render
 from coordinator.cli.exits import EXIT_NOT_CONFIRMED, EXIT_TIMEOUT, CliError
@@ -120,12 +120,13 @@ def report_action(
     change: render.HoldChange | None = None,
     suffix: str = "",
     line: str | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """Print the change (and the wait's report); exit 4 when no replica confirmed it
     (``unconfirmed``, the line; before exit 3, which it names too), 3 when the wait ran out
-    of time."""
+    of time. ``extra``: more keys of the JSON (``suffix`` says them in the text)."""
     if json_out:
-        emit_json(render.action_dict(state, report, change))
+        emit_json({**render.action_dict(state, report, change), **(extra or {})})
     else:
         out = console()
         first = render.action_line(state) if changed else (
