@@ -6,12 +6,17 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from fastapi import FastAPI
 
 from coordinator.settings import CoordinatorSettings
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from coordinator.web.metrics import OverdueWatcher
 
 ADMIN = "admin-token-for-tests-0123"
 VIEW = "view-token-for-tests-01234"
@@ -29,6 +34,19 @@ def make_settings(redis_url: str, fleet: str, **extra: Any) -> CoordinatorSettin
         **extra,
     }
     return CoordinatorSettings.model_validate(values)
+
+
+def watchers(
+    redis_url: str, fleet: str, clients: list[aioredis.Redis], max_pause: float = 1
+) -> list[OverdueWatcher]:
+    """One ``fleetgate serve`` watcher (``OverdueWatcher``, ``restore_interval=1``) per client:
+    what as many servers watching ``fleet`` would run."""
+    from coordinator.fleet.fleet import Fleet
+    from coordinator.notify.alerts import Alerts
+    from coordinator.web.metrics import OverdueWatcher
+
+    settings = make_settings(redis_url, fleet, restore_interval=1, max_pause=max_pause)
+    return [OverdueWatcher(Fleet(c, fleet), settings, Alerts(c, fleet)) for c in clients]
 
 
 @asynccontextmanager

@@ -18,15 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack
+from typing import Any
 
+import httpx
 import pytest
 import redis.asyncio as aioredis
 from redis import Redis as SyncRedis
 
 from coordinator.demo.localredis import LocalRedis, find_server_binary, use_ports
+from replica.contract import Keys
 from tests import compatkit
 from tests.procs import Processes
 from tests.tlskit import TlsRedis, make_tls_files
@@ -203,6 +208,52 @@ async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+async def api(redis_url: str, fleet_name: str) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of the API (``create_app``, the watcher not run) for the test's fleet,
+    with ``tests.apikit``'s tokens."""
+    from coordinator.web.api import create_app
+    from tests.apikit import client_for, make_settings
+
+    async with client_for(create_app(make_settings(redis_url, fleet_name), run_watcher=False)) as client:
+        yield client
+
+
+@pytest.fixture
+async def clients(redis_url: str) -> AsyncIterator[list[aioredis.Redis]]:
+    """Two clients: what two ``fleetgate serve`` processes would each have."""
+    async with AsyncExitStack() as stack:
+        made = []
+        for _ in range(2):
+            client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+            stack.push_async_callback(client.aclose)
+            made.append(client)
+        yield made
+
+
+@pytest.fixture
+async def acks(redis: aioredis.Redis, fleet_name: str) -> AsyncIterator[Callable[..., Any]]:
+    """``await acks(pred)``: the acknowledgements published so far, once ``pred`` holds (the
+    subscription opens with the fixture: none published after it is missed)."""
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(Keys(fleet_name).acks)
+    seen: list[dict[str, Any]] = []
+
+    async def until_acks(pred: Callable[[list[dict[str, Any]]], bool],
+                         timeout: float = 30.0) -> list[dict[str, Any]]:
+        async with asyncio.timeout(timeout):  # a hang guard
+            while not pred(seen):
+                m = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                if m is not None:
+                    seen.append(json.loads(m["data"]))
+        return seen
+
+    try:
+        yield until_acks
+    finally:
+        await pubsub.aclose()
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
+from replica.contract import Keys
 from replica.control.controller import FleetController
 from replica.pool.pool import PausablePool
 
@@ -214,6 +215,11 @@ async def until(predicate: Callable[[], Coroutine[Any, Any, bool]], timeout: flo
             if await predicate():
                 return
             await asyncio.sleep(0.05)
+
+
+async def audit(redis: aioredis.Redis, fleet: str) -> list[dict[str, Any]]:
+    """The fleet's audit trail, oldest first: each entry's fields."""
+    return [fields for _id, fields in await redis.xrange(Keys(fleet).audit)]
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:

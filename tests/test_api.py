@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +29,6 @@ from replica.contract import Keys, format_time, now_utc
 from replica.errors import ConfigError
 from tests.apikit import ADMIN, BOB, VIEW, auth, client_for, json_headers, make_settings
 from tests.fleetkit import replicas
-
-
-@pytest.fixture
-async def api(redis_url: str, fleet_name: str) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(make_settings(redis_url, fleet_name), run_watcher=False)
-    async with client_for(app) as client:
-        yield client
-
 
 # ---------------------------------------------------------------------------- auth matrix
 

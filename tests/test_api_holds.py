@@ -8,24 +8,15 @@ changes. Both route families (``/api/fleet/...`` and ``/api/fleets/{name}/...``)
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 
-from coordinator.web.api import create_app
 from replica.contract import format_time, now_utc, parse_time
 from replica.contract.holds import MAX_HOLDS
-from tests.apikit import ADMIN, auth, client_for, json_headers, make_settings, strict_json
-
-
-@pytest.fixture
-async def api(redis_url: str, fleet_name: str) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(make_settings(redis_url, fleet_name), run_watcher=False)
-    async with client_for(app) as client:
-        yield client
+from tests.apikit import ADMIN, auth, json_headers, strict_json
 
 
 async def post(api: httpx.AsyncClient, path: str, body: dict[str, Any]) -> httpx.Response:

@@ -30,13 +30,6 @@ PAUSE = "/api/fleet/pause"
 RESUME = "/api/fleet/resume"
 
 
-@pytest.fixture
-async def api(redis_url: str, fleet_name: str) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(make_settings(redis_url, fleet_name), run_watcher=False)
-    async with client_for(app) as client:
-        yield client
-
-
 async def version(api: httpx.AsyncClient) -> int:
     state = (await api.get("/api/fleet", headers=auth(VIEW))).json()["state"]
     return int(state["version"])

@@ -5,23 +5,14 @@ strict JSON bodies refused with a 4xx and a JSON detail (never a 500), the limit
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from coordinator.web.api import create_app
 from replica.contract import Keys
-from tests.apikit import ADMIN, VIEW, auth, client_for, json_headers, make_settings, strict_json
-
-
-@pytest.fixture
-async def api(redis_url: str, fleet_name: str) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(make_settings(redis_url, fleet_name), run_watcher=False)
-    async with client_for(app) as client:
-        yield client
+from tests.apikit import ADMIN, VIEW, auth, json_headers, strict_json
 
 
 def path(fleet: str) -> str:

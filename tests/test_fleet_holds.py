@@ -24,10 +24,7 @@ from replica.contract import (
     restore_args,
 )
 from replica.errors import ContractError, HoldConflict, InvalidMessage
-
-
-async def audit(redis: aioredis.Redis, fleet: str) -> list[dict[str, str]]:
-    return [fields for _id, fields in await redis.xrange(Keys(fleet).audit)]
+from tests.fleetkit import audit
 
 
 async def test_two_teams_pausing_one_fleet_keep_it_paused_until_both_release(

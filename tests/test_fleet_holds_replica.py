@@ -7,8 +7,7 @@ replica started mid-window, states of an older release, restores that keep the h
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -63,28 +62,6 @@ class Transitions:
     def first(self, event: str) -> tuple[datetime, dict[str, str]]:
         _, at, holds = next(s for s in self.seen if s[0] == event)
         return at, holds
-
-
-@pytest.fixture
-async def acks(redis: aioredis.Redis, fleet_name: str) -> AsyncIterator[Callable[..., Any]]:
-    """``await acks(pred)``: the acknowledgements published so far, once ``pred`` holds."""
-    pubsub = redis.pubsub()
-    await pubsub.subscribe(Keys(fleet_name).acks)
-    seen: list[dict[str, Any]] = []
-
-    async def until_acks(pred: Callable[[list[dict[str, Any]]], bool],
-                         timeout: float = 20.0) -> list[dict[str, Any]]:
-        async with asyncio.timeout(timeout):
-            while not pred(seen):
-                m = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                if m is not None:
-                    seen.append(json.loads(m["data"]))
-        return seen
-
-    try:
-        yield until_acks
-    finally:
-        await pubsub.aclose()
 
 
 def _applier(fleet: str) -> tuple[PausablePool, Outbox, StateApplier]:

@@ -9,7 +9,7 @@ On a real Redis, with real replicas."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -19,10 +19,9 @@ import redis as syncredis
 import redis.asyncio as aioredis
 
 from coordinator import Fleet
-from coordinator.web.api import create_app
 from replica.contract import Keys, now_utc
 from replica.contract.holds import ActiveHoldConflict
-from tests.apikit import ADMIN, auth, client_for, make_settings
+from tests.apikit import ADMIN, auth
 from tests.clikit import one_line, run
 from tests.fleetkit import ReplicaThread
 
@@ -112,13 +111,6 @@ async def test_the_library_refuses_with_active_hold_conflict_and_keeps_other_hol
     assert state.effectively_paused()  # payments still holds it
     history = await fleet.history(limit=1)
     assert history[0].action == "hold_scheduled"
-
-
-@pytest.fixture
-async def api(redis_url: str, fleet_name: str) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(make_settings(redis_url, fleet_name), run_watcher=False)
-    async with client_for(app) as client:
-        yield client
 
 
 async def test_the_api_refuses_with_409_and_reschedules_when_asked(

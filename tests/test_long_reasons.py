@@ -6,7 +6,6 @@ holds real replicas, and leaves the CLI and the API working. On a real Redis."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -15,10 +14,9 @@ import redis.asyncio as aioredis
 from cpkit import Replicas
 
 from coordinator import Fleet
-from coordinator.web.api import create_app
 from replica.contract import FleetState, Keys
 from replica.contract.names import MAX_TEXT_LEN
-from tests.apikit import ADMIN, auth, client_for, make_settings, strict_json
+from tests.apikit import ADMIN, auth, strict_json
 from tests.clikit import run
 
 CJK_400 = "数" * 400
@@ -96,13 +94,6 @@ def test_the_cli_pauses_shows_and_resumes_a_fleet_with_a_400_character_cjk_reaso
     assert json.loads(out)["state"]["paused"] is True
     code, out, err = run(capsys, "resume")
     assert code == 0, err
-
-
-@pytest.fixture
-async def api(redis_url: str, fleet_name: str) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(make_settings(redis_url, fleet_name), run_watcher=False)
-    async with client_for(app) as client:
-        yield client
 
 
 async def test_the_api_pauses_with_two_long_cjk_holds_and_every_view_answers(

@@ -9,7 +9,6 @@ One table of inputs; for each, the contract's verdict, and the same verdict from
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -17,7 +16,6 @@ import redis.asyncio as aioredis
 
 from coordinator import Fleet
 from coordinator.cli.app import main
-from coordinator.web.api import create_app
 from replica.contract import (
     MAX_BY,
     MAX_REASON,
@@ -27,7 +25,7 @@ from replica.contract import (
     check_reason,
 )
 from replica.errors import ContractError
-from tests.apikit import ADMIN, auth, client_for, make_settings
+from tests.apikit import ADMIN, auth
 
 # (id, text, accepted): what an operator may type as a reason.
 REASONS: list[tuple[str, str, bool]] = [
@@ -198,12 +196,6 @@ def test_the_cli_checks_by_with_the_same_rule(
 
 
 # ---------------------------------------------------------------------------- the API
-
-
-@pytest.fixture
-async def api(redis_url: str, fleet_name: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with client_for(create_app(make_settings(redis_url, fleet_name), run_watcher=False)) as c:
-        yield c
 
 
 @pytest.mark.parametrize(("value", "ok"), CASES)

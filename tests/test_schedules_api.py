@@ -3,26 +3,17 @@ early with the existing auth scopes; bad input is a 4xx with a JSON detail, neve
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
 import httpx
 import pytest
 
-from coordinator.web.api import create_app
 from replica.contract import now_utc
-from tests.apikit import ADMIN, VIEW, auth, client_for, make_settings, strict_json
+from tests.apikit import ADMIN, VIEW, auth, strict_json
 
 BODY: dict[str, Any] = {"name": "backup", "cron": "0 2 * * SUN", "duration": "2h",
                         "timezone": "Europe/Berlin", "reason": "weekly backup"}
-
-
-@pytest.fixture
-async def api(redis_url: str, fleet_name: str) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(make_settings(redis_url, fleet_name), run_watcher=False)
-    async with client_for(app) as client:
-        yield client
 
 
 async def test_add_list_remove_with_the_admin_and_view_scopes(

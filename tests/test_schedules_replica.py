@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import redis.asyncio as aioredis
 from cpkit import Replica, until
 
@@ -27,28 +26,6 @@ from replica.contract import Keys, now_utc
 from replica.contract.schedules import Schedule
 from replica.pool.holds import CONTROL_PLANE_SOURCE
 from tests.procs import AUTH, base_env, replica_processes
-
-
-@pytest.fixture
-async def acks(redis: aioredis.Redis, fleet_name: str) -> AsyncIterator[Callable[..., Any]]:
-    """``await acks(pred)``: the acknowledgements published so far, once ``pred`` holds."""
-    pubsub = redis.pubsub()
-    await pubsub.subscribe(Keys(fleet_name).acks)
-    seen: list[dict[str, Any]] = []
-
-    async def until_acks(pred: Callable[[list[dict[str, Any]]], bool],
-                         timeout: float = 30.0) -> list[dict[str, Any]]:
-        async with asyncio.timeout(timeout):
-            while not pred(seen):
-                m = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                if m is not None:
-                    seen.append(json.loads(m["data"]))
-        return seen
-
-    try:
-        yield until_acks
-    finally:
-        await pubsub.aclose()
 
 
 async def test_replica_processes_start_and_end_each_occurrence_with_no_coordinator(

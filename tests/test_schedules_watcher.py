@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
-from typing import Any
 
-import pytest
 import redis.asyncio as aioredis
 
 from coordinator.fleet.fleet import Fleet
@@ -20,24 +16,9 @@ from coordinator.notify.alerts import Alerts
 from coordinator.notify.events import Event
 from coordinator.notify.windows import SCHEDULE_ENDED, SCHEDULE_STARTED
 from coordinator.web.metrics import OverdueWatcher
-from replica.contract import Keys, now_utc
-from tests.apikit import make_settings
-from tests.fleetkit import until
-
-
-@pytest.fixture
-async def clients(redis_url: str) -> AsyncIterator[list[aioredis.Redis]]:
-    async with AsyncExitStack() as stack:
-        made = []
-        for _ in range(2):
-            client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-            stack.push_async_callback(client.aclose)
-            made.append(client)
-        yield made
-
-
-async def audit(redis: aioredis.Redis, fleet: str) -> list[dict[str, Any]]:
-    return [fields for _, fields in await redis.xrange(Keys(fleet).audit)]
+from replica.contract import now_utc
+from tests.apikit import make_settings, watchers
+from tests.fleetkit import audit, until
 
 
 async def test_two_watchers_audit_each_occurrence_start_and_end_once(
@@ -46,9 +27,7 @@ async def test_two_watchers_audit_each_occurrence_start_and_end_once(
     fleet = Fleet(redis, fleet_name)
     schedule = await fleet.add_schedule("flush", "*/3 * * * * *", 1, "UTC", "cache flush",
                                         by="alice")
-    settings = make_settings(redis_url, fleet_name, restore_interval=1, max_pause=3600)
-    many = [OverdueWatcher(Fleet(c, fleet_name), settings, Alerts(c, fleet_name))
-            for c in clients] * 2
+    many = watchers(redis_url, fleet_name, clients, max_pause=3600) * 2
 
     async def two_ends() -> bool:
         await asyncio.gather(*(w.check() for w in many))  # all at once, again and again

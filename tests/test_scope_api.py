@@ -4,26 +4,16 @@ with ``select`` and ``wait`` waits for the live replicas it matches only, and sa
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import pytest
 import redis.asyncio as aioredis
 
-from coordinator.web.api import create_app
 from replica import PausablePool
 from replica.contract import R_LABELS, Keys, format_time, now_utc
 from replica.control.controller import FleetController
-from tests.apikit import client_for, make_settings
 from tests.fleetkit import until
 from tests.test_api_holds import fleet_body, post
-
-
-@pytest.fixture
-async def api(redis_url: str, fleet_name: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with client_for(create_app(make_settings(redis_url, fleet_name), run_watcher=False)) as client:
-        yield client
 
 
 async def test_a_pause_takes_a_selector_and_a_dry_run_writes_nothing(

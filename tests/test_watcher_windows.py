@@ -8,43 +8,16 @@ there are); the tests wait on the audit stream, never on a fixed sleep.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
 from datetime import timedelta
-from typing import Any
 
-import pytest
 import redis.asyncio as aioredis
 
 from coordinator.fleet.fleet import Fleet
 from coordinator.fleet.summary import is_overdue
-from coordinator.notify.alerts import Alerts
 from coordinator.notify.windows import WINDOW_ENDED, WINDOW_STARTED, due_edges
-from coordinator.web.metrics import OverdueWatcher
 from replica.contract import Keys, format_time, now_utc
-from tests.apikit import make_settings
-from tests.fleetkit import until
-
-
-@pytest.fixture
-async def clients(redis_url: str) -> AsyncIterator[list[aioredis.Redis]]:
-    """Two clients: what two ``fleetgate serve`` processes would each have."""
-    async with AsyncExitStack() as stack:
-        made = []
-        for _ in range(2):
-            client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-            stack.push_async_callback(client.aclose)
-            made.append(client)
-        yield made
-
-
-def watchers(redis_url: str, fleet: str, clients: list[aioredis.Redis]) -> list[OverdueWatcher]:
-    settings = make_settings(redis_url, fleet, restore_interval=1, max_pause=1)
-    return [OverdueWatcher(Fleet(c, fleet), settings, Alerts(c, fleet)) for c in clients]
-
-
-async def audit(redis: aioredis.Redis, fleet: str) -> list[dict[str, Any]]:
-    return [fields for _, fields in await redis.xrange(Keys(fleet).audit)]
+from tests.apikit import watchers
+from tests.fleetkit import audit, until
 
 
 async def edges(redis: aioredis.Redis, fleet: str) -> list[tuple[str, str]]:
