@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,6 +207,19 @@ def run_cli(
         [*command, *args], input=stdin, capture_output=True, text=True, timeout=timeout,
         env=full_env, cwd=ROOT,
     )
+
+
+async def cli_logged(
+    redis_url: str, fleet: str, *args: str, timeout: float = 180.0
+) -> subprocess.CompletedProcess[str]:
+    """``run_cli`` in a thread (the test's event loop runs on meanwhile), its exit status, time
+    and output printed for pytest to show on a failure; ``timeout`` is a hang guard."""
+    t0 = time.monotonic()
+    done = await asyncio.to_thread(run_cli, *args, redis_url=redis_url, fleet=fleet,
+                                   timeout=timeout)
+    print(f"fleetgate {' '.join(args)}: exit {done.returncode} in "
+          f"{time.monotonic() - t0:.1f}s\n{done.stdout}{done.stderr}")
+    return done
 
 
 async def until(predicate: Callable[[], Coroutine[Any, Any, bool]], timeout: float = 20.0) -> None:

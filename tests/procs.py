@@ -246,6 +246,35 @@ async def wait_healthy(rp: ReplicaProcess, deadline: float = START_DEADLINE_S) -
                 await asyncio.sleep(0.05)
 
 
+async def start_healthy(
+    procs: list[ReplicaProcess], envs: Mapping[str, Mapping[str, str]], log_dir: Path
+) -> None:
+    """Start a replica per id of ``envs`` with its environment, each appended to ``procs`` (for
+    the caller to end: ``kill_all``), and wait until each answers /healthz; one that lost the
+    race for its port gets one more try."""
+    first = len(procs)
+    for replica_id, env in envs.items():
+        procs.append(spawn(replica_id, env, log_dir))
+    for i in range(first, len(procs)):
+        rp = procs[i]
+        try:
+            await wait_healthy(rp)
+        except RuntimeError:
+            if "cannot listen" not in rp.log():
+                raise
+            procs[i] = spawn(rp.id, envs[rp.id], log_dir)  # lost a port race: one more try
+            await wait_healthy(procs[i])
+
+
+def kill_all(procs: Sequence[ReplicaProcess]) -> None:
+    """Kill every replica of ``procs`` and reap it (a bounded wait each)."""
+    for rp in procs:
+        rp.kill()
+    for rp in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            rp.proc.wait(timeout=10)
+
+
 @contextlib.asynccontextmanager
 async def replica_processes(
     n: int, env: Mapping[str, str], log_dir: Path, prefix: str = "proc"
@@ -253,23 +282,10 @@ async def replica_processes(
     """Start ``n`` replicas, wait until each answers /healthz, kill the rest on exit."""
     procs: list[ReplicaProcess] = []
     try:
-        for i in range(n):
-            procs.append(spawn(f"{prefix}-{i}", env, log_dir))
-        for i, rp in enumerate(procs):
-            try:
-                await wait_healthy(rp)
-            except RuntimeError:
-                if "cannot listen" not in rp.log():
-                    raise
-                procs[i] = spawn(rp.id, env, log_dir)  # lost a port race: one more try
-                await wait_healthy(procs[i])
+        await start_healthy(procs, {f"{prefix}-{i}": env for i in range(n)}, log_dir)
         yield procs
     finally:
-        for rp in procs:
-            rp.kill()
-        for rp in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                rp.proc.wait(timeout=10)
+        kill_all(procs)
 
 
 # ---------------------------------------------------------------------------- Redis side

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,52 +19,29 @@ from coordinator.demo.localredis import LocalRedis
 from coordinator.fleet.models import ReplicaInfo
 from replica.contract import Keys
 from replica.demo import dependency_key
-from tests.fleetkit import run_cli, until
-from tests.procs import ReplicaProcess, base_env, enqueue, spawn, wait_healthy
+from tests.fleetkit import cli_logged, run_cli, until
+from tests.procs import ReplicaProcess, base_env, enqueue, kill_all, start_healthy
 
 EU, US = "zone=eu-west-1a", "zone=us-east-1a"
-START_S = 90.0
-"""How long a replica may take to answer /healthz (a loaded CI machine starts Python slowly)."""
-
-
 async def _start(started: list[ReplicaProcess], redis_url: str, fleet: str, tmp_path: Path,
                  labels: Mapping[str, str], **settings: Any) -> None:
     """Start a replica per id with its labels (each killed by ``started``'s fixture)."""
     env = base_env(redis_url, fleet, **settings)
-    for rid, lab in labels.items():
-        started.append(spawn(rid, {**env, "FLEETGATE_LABELS": lab}, tmp_path))
-    for i, rp in enumerate(started):
-        try:
-            await wait_healthy(rp, deadline=START_S)
-        except RuntimeError:
-            if "cannot listen" not in rp.log():
-                raise
-            started[i] = spawn(rp.id, rp.env, tmp_path)  # lost a port race: one more try
-            await wait_healthy(started[i], deadline=START_S)
+    await start_healthy(started, {rid: {**env, "FLEETGATE_LABELS": lab}
+                                  for rid, lab in labels.items()}, tmp_path)
 
 
 @pytest.fixture
-async def started(tmp_path: Path) -> AsyncIterator[list[ReplicaProcess]]:
+async def started() -> AsyncIterator[list[ReplicaProcess]]:
     procs: list[ReplicaProcess] = []
     try:
         yield procs
     finally:
-        for rp in procs:
-            rp.kill()
-        for rp in procs:
-            rp.proc.wait(timeout=10)
+        kill_all(procs)
 
 
 async def _replicas(redis: aioredis.Redis, fleet: str) -> dict[str, ReplicaInfo]:
     return {r.id: r for r in (await Fleet(redis, fleet).status()).replicas}
-
-
-async def _cli(redis_url: str, fleet: str, *args: str) -> Any:
-    t0 = time.monotonic()
-    done = await asyncio.to_thread(run_cli, *args, redis_url=redis_url, fleet=fleet)
-    print(f"fleetgate {' '.join(args)}: exit {done.returncode} in "
-          f"{time.monotonic() - t0:.1f}s\n{done.stdout}{done.stderr}")
-    return done
 
 
 @pytest.mark.timeout(300)
@@ -82,7 +58,7 @@ async def test_a_selected_hold_holds_only_its_replicas_while_wait_waits_only_for
     await until(labelled)
     await enqueue(redis, fleet_name, 5000)
 
-    done = await _cli(redis_url, fleet_name, "pause", "--hold", "zone-a", "--select", EU,
+    done = await cli_logged(redis_url, fleet_name, "pause", "--hold", "zone-a", "--select", EU,
                       "--reason", "az failover", "--wait", "--timeout", "30s")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -102,14 +78,14 @@ async def test_a_selected_hold_holds_only_its_replicas_while_wait_waits_only_for
         return (await _replicas(redis, fleet_name))["us-1"].processed > processed + 5
     await until(us_works)
 
-    status = await _cli(redis_url, fleet_name, "status", "--all")
+    status = await cli_logged(redis_url, fleet_name, "status", "--all")
     assert "select 'zone=eu-west-1a', holds 2 of 3 replicas" in status.stdout
-    body = json.loads((await _cli(redis_url, fleet_name, "status", "--json")).stdout)
+    body = json.loads((await cli_logged(redis_url, fleet_name, "status", "--json")).stdout)
     assert body["state"]["holds"]["zone-a"]["holding"] == 2
     assert body["state"]["holds"]["zone-a"]["select"] == "zone=eu-west-1a"
 
     # a selector that matches no live replica: said in the first line, and --wait fails
-    none = await _cli(redis_url, fleet_name, "pause", "--hold", "zone-c", "--select",
+    none = await cli_logged(redis_url, fleet_name, "pause", "--hold", "zone-c", "--select",
                       "zone=ap-south-1a", "--reason", "x", "--wait")
     assert none.returncode == 3
     assert none.stdout.splitlines()[0].endswith(
@@ -120,7 +96,7 @@ async def test_a_selected_hold_holds_only_its_replicas_while_wait_waits_only_for
     # a dry run says what a resume would do and writes nothing
     version = await redis.hget(Keys(fleet_name).state, "version")
     audit = await redis.xlen(Keys(fleet_name).audit)
-    dry = await _cli(redis_url, fleet_name, "resume", "--hold", "zone-a", "--dry-run")
+    dry = await cli_logged(redis_url, fleet_name, "resume", "--hold", "zone-a", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.startswith("dry run: hold released; fleet ")
     assert "would stay paused by zone-c" in dry.stdout
@@ -128,7 +104,7 @@ async def test_a_selected_hold_holds_only_its_replicas_while_wait_waits_only_for
     assert await redis.hget(Keys(fleet_name).state, "version") == version
     assert await redis.xlen(Keys(fleet_name).audit) == audit
 
-    resumed = await _cli(redis_url, fleet_name, "resume", "--hold", "zone-a", "--wait")
+    resumed = await cli_logged(redis_url, fleet_name, "resume", "--hold", "zone-a", "--wait")
     assert resumed.returncode == 0, resumed.stderr
     assert all(not r.holds for r in (await _replicas(redis, fleet_name)).values())
 
@@ -145,36 +121,36 @@ async def test_a_canary_resume_promotes_when_its_canaries_stay_quiet_and_rolls_b
         return len(await _replicas(redis, fleet_name)) == 4
     await until(live)
     await enqueue(redis, fleet_name, 2000)
-    paused = await _cli(redis_url, fleet_name, "pause", "--hold", "db", "-r", "pg", "--wait")
+    paused = await cli_logged(redis_url, fleet_name, "pause", "--hold", "db", "-r", "pg", "--wait")
     assert paused.returncode == 0, paused.stderr
 
     # quiet canaries: promoted after the soak
-    ok = await _cli(redis_url, fleet_name, "resume", "--hold", "db", "--canary", "25%",
+    ok = await cli_logged(redis_url, fleet_name, "resume", "--hold", "db", "--canary", "25%",
                     "--soak", "2s", "--wait")
     assert ok.returncode == 0, ok.stderr
     first = ok.stdout.splitlines()[0]
     assert first.startswith("canary resume of hold db: released on 1 of 4 replicas (r-")
     assert "canaries stayed quiet for 2s: promoted, hold db released" in ok.stdout
     actions = [e["action"] for e in json.loads(
-        (await _cli(redis_url, fleet_name, "history", "--json")).stdout)["events"]]
+        (await cli_logged(redis_url, fleet_name, "history", "--json")).stdout)["events"]]
     assert actions[:2] == ["canary_promoted", "canary_started"]
 
     # the dependency goes down: the canaries fail their runs, and the hold goes back on them
-    paused = await _cli(redis_url, fleet_name, "pause", "--hold", "db", "-r", "pg", "--wait")
+    paused = await cli_logged(redis_url, fleet_name, "pause", "--hold", "db", "-r", "pg", "--wait")
     assert paused.returncode == 0, paused.stderr
     await redis.hset(dependency_key_of(fleet_name), "down", "1")
     await enqueue(redis, fleet_name, 2000)  # work for the canaries to fail at
-    bad = await _cli(redis_url, fleet_name, "resume", "--hold", "db", "--canary", "2",
+    bad = await cli_logged(redis_url, fleet_name, "resume", "--hold", "db", "--canary", "2",
                      "--soak", "30s", "--wait")
     assert bad.returncode == 8, (bad.stdout, bad.stderr)
     canaries = bad.stdout.splitlines()[0].split("(")[1].split(")")[0].split(", ")
     assert len(canaries) == 2
     assert "rolled back" in bad.stdout
     assert "failed runs" in bad.stderr or "circuit breaker opened" in bad.stderr, bad.stderr
-    state = json.loads((await _cli(redis_url, fleet_name, "status", "--json")).stdout)
+    state = json.loads((await cli_logged(redis_url, fleet_name, "status", "--json")).stdout)
     assert state["state"]["holds"]["db"]["canaries"] == []
     actions = [e["action"] for e in json.loads(
-        (await _cli(redis_url, fleet_name, "history", "--json")).stdout)["events"]]
+        (await cli_logged(redis_url, fleet_name, "history", "--json")).stdout)["events"]]
     assert actions[:2] == ["canary_rolled_back", "canary_started"]
 
     async def held_again() -> bool:
