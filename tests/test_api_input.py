@@ -330,7 +330,9 @@ def test_no_generated_body_with_nan_infinity_or_a_lone_surrogate_makes_a_server_
         assert sorted(checked) == [
             "POST /api/fleet/pause", "POST /api/fleet/resume",
             "POST /api/fleets/{name}/pause", "POST /api/fleets/{name}/resume",
-            "POST /api/fleets/{name}/schedules", "POST /api/fleets/{name}/schedules/{schedule}/end",
+            "POST /api/fleets/{name}/schedules",
+            "POST /api/fleets/{name}/schedules/{schedule}/canary",
+            "POST /api/fleets/{name}/schedules/{schedule}/end",
         ]
     finally:
         schemathesis.python.asgi.shutdown_lifespans()

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis.asyncio as aioredis
 from cpkit import Replica, until
@@ -29,12 +30,20 @@ from coordinator.render.schedules import occurrence_line, schedule_dict
 from replica.contract import Keys, now_utc
 from replica.contract.recurrence import Occurrence
 from replica.contract.schedules import Schedule
+from replica.demo import dependency_key
+from tests.apikit import ADMIN, VIEW, auth, strict_json
 from tests.fleetkit import run_cli
 from tests.fleetkit import until as until_async
 from tests.procs import base_env, enqueue, replica_processes
-from tests.test_scope_processes import dependency_key_of
 
 T0 = datetime(2026, 12, 6, 2, 0, tzinfo=UTC)
+
+
+def dependency_key_of(fleet: str) -> str:
+    """The demo dependency's key of ``fleet`` (``replica.demo.dependency_key``)."""
+    class _Ctx:
+        keys = Keys(fleet)
+    return dependency_key(_Ctx())  # type: ignore[arg-type]
 
 
 def _occ(start: datetime) -> Occurrence:
@@ -293,3 +302,59 @@ async def test_pause_select_json_says_how_many_live_replicas_matched(
     finally:
         for r in reps:
             await r.stop()
+
+
+async def test_the_api_takes_an_occurrence_through_a_canary_resume(
+    api: httpx.AsyncClient, redis: aioredis.Redis, redis_url: str, fleet_name: str,
+) -> None:
+    base = f"/api/fleets/{fleet_name}/schedules"
+    now = now_utc()
+    body = {"name": "freeze", "cron": f"{now.minute} {now.hour} * * *", "duration": "23h",
+            "timezone": "UTC", "reason": "freeze"}
+    later = {**body, "name": "later", "cron": f"{now.minute} {(now.hour + 12) % 24} * * *",
+             "duration": "1h"}
+    for b in (body, later):
+        assert (await api.post(base, json=b, headers=auth(ADMIN))).status_code == 200
+    rep = await Replica(redis_url, fleet_name, "pod-1", poll_interval=0.2).start()
+    try:
+        await until(lambda: "fleet:freeze" in rep.pool.holds, what="the occurrence")
+        await until_async(lambda: _live(redis, fleet_name, 1))
+        assert (await api.post(f"{base}/freeze/canary", json={"step": "canary", "canary": "1"},
+                               headers=auth(VIEW))).status_code == 403
+        dry = await api.post(f"{base}/freeze/canary", headers=auth(ADMIN),
+                             json={"step": "canary", "canary": "1", "dry_run": True})
+        assert dry.status_code == 200, dry.text
+        assert strict_json(dry)["replicas"]["release"] == ["pod-1"]
+        assert strict_json(dry)["schedule"] == "freeze"
+        started = await api.post(f"{base}/freeze/canary", headers=auth(ADMIN),
+                                 json={"step": "canary", "canary": "100%", "reason": "try"})
+        assert started.status_code == 200, started.text
+        got = strict_json(started)
+        assert (got["event"], got["canaries"], got["candidates"]) == (
+            "canary_started", ["pod-1"], 1)
+        assert got["schedule"]["canaries_in_force"] == ["pod-1"]
+        await until(lambda: not rep.pool.holds, what="the canary released")
+        back = await api.post(f"{base}/freeze/canary", json={"step": "rollback"},
+                              headers=auth(ADMIN))
+        assert back.status_code == 200 and strict_json(back)["event"] == "canary_rolled_back"
+        await until(lambda: "fleet:freeze" in rep.pool.holds, what="the hold back")
+        none = await api.post(f"{base}/freeze/canary", json={"step": "promote"},
+                              headers=auth(ADMIN))
+        assert none.status_code == 409 and strict_json(none)["kind"] == "no_canary"
+        idle = await api.post(f"{base}/later/canary", json={"step": "canary", "canary": "1"},
+                              headers=auth(ADMIN))
+        assert idle.status_code == 409 and strict_json(idle)["kind"] == "not_active"
+        assert "its next one starts at " in strict_json(idle)["detail"]
+        for bad in ({"step": "canary"}, {"step": "promote", "canary": "1"},
+                    {"step": "canary", "canary": "0%"}, {"step": "land"}):
+            refused = await api.post(f"{base}/freeze/canary", json=bad, headers=auth(ADMIN))
+            assert refused.status_code == 422, (bad, refused.text)
+        missing = await api.post(f"{base}/nope/canary", json={"step": "promote"},
+                                 headers=auth(ADMIN))
+        assert missing.status_code == 404 and strict_json(missing)["kind"] == "unknown"
+    finally:
+        await rep.stop()
+
+
+async def _live(redis: aioredis.Redis, fleet: str, n: int) -> bool:
+    return len((await Fleet(redis, fleet).status()).replicas) == n

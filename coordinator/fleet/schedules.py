@@ -28,7 +28,16 @@ from redis.asyncio import Redis
 
 from coordinator.fleet import registry
 from coordinator.fleet.calls import ChangeScript, again
-from replica.contract import AUDIT_MAXLEN, Keys, check_by, check_reason, format_time, now_utc, text
+from replica.contract import (
+    AUDIT_MAXLEN,
+    Keys,
+    check_by,
+    check_optional_reason,
+    check_reason,
+    format_time,
+    now_utc,
+    text,
+)
 from replica.contract.holds import validate_hold
 from replica.contract.recurrence import (
     Occurrence,
@@ -210,6 +219,7 @@ class Schedules:
         if step not in CANARY_STEPS:
             raise ContractError(f"unknown canary step {step!r}")
         by, ids = check_by(by), tuple(sorted(set(canaries)))
+        reason = check_optional_reason(reason or None) or ""
         if (step == "canary") != bool(ids):
             raise ContractError("a canary resume names the replicas it releases, and only it")
         for _ in range(MAX_END_TRIES):

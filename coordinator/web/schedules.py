@@ -4,6 +4,7 @@
     POST   /api/fleets/{name}/schedules                   admin  add (or replace) one
     DELETE /api/fleets/{name}/schedules/{schedule}        admin  remove it
     POST   /api/fleets/{name}/schedules/{schedule}/end    admin  end its occurrence in force early
+    POST   /api/fleets/{name}/schedules/{schedule}/canary admin  a canary resume of that occurrence
 
 The POST body: ``{"name", "cron", "duration" ("2h") or "duration_seconds", "timezone",
 "reason", "starting"?, "until"? (ISO 8601 times), "skip"? (["2027-01-03", ...])}``; it answers
@@ -11,12 +12,20 @@ The POST body: ``{"name", "cron", "duration" ("2h") or "duration_seconds", "time
 date, or a window that overlaps its next occurrence: 422 ``{"detail"}``; a name a hold has, or
 past the cap of schedules: 409 ``{"detail", "kind"}``; a schedule there is not: 404; an early
 end outside an occurrence: 409 (kind ``not_active``). The audit trail names the token.
+
+The canary body: ``{"step": "canary"|"rollback"|"promote", "canary"? ("1", "10%"; with
+``canary``), "reason"?, "dry_run"?}``: ``canary`` releases the occurrence's hold on the
+replicas chosen as ``resume --hold NAME --canary`` chooses them (named in ``canaries``),
+``rollback`` puts it back on them, ``promote`` ends the occurrence early (as the CLI's
+``--promote``; the API has no soak: a client watches and promotes or rolls back). Outside an
+occurrence: 409 ``not_active`` saying when the next one starts; a promote or rollback with no
+canary: 409 ``no_canary``; ``dry_run``: what it would do, written nowhere.
 """
 
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Path
 from fastapi.responses import JSONResponse
@@ -57,6 +66,17 @@ class EndRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(default="", max_length=1000)
+
+
+class CanaryRequest(BaseModel):
+    """``POST /api/fleets/{name}/schedules/{schedule}/canary``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: Literal["canary", "rollback", "promote"]
+    canary: str | None = Field(default=None, max_length=8, description="3 or 10%")
+    reason: str = Field(default="", max_length=1000)
+    dry_run: bool = False
 
 
 def _conflict(exc: ScheduleConflict) -> JSONResponse:
@@ -132,5 +152,19 @@ def install(app: FastAPI) -> None:
             return _conflict(exc)
         return {"fleet": access.fleet.name, "schedule": schedule_dict(ended, now_utc())}
 
+    @app.post("/api/fleets/{name}/schedules/{schedule}/canary", tags=["schedules"],
+              response_model=None)
+    async def occurrence_canary(access: NamedChange, schedule: ScheduleName,
+                                body: CanaryRequest) -> dict[str, Any] | JSONResponse:
+        """A canary resume of the schedule's occurrence in force: release its hold on a few
+        replicas (``canary``), put it back (``rollback``) or end the occurrence (``promote``)."""
+        from coordinator.web.occurrence import canary_step
 
-__all__ = ["EndRequest", "ScheduleRequest", "install"]
+        try:
+            return await canary_step(access.fleet, schedule, body.step, body.canary,
+                                     access.operator.name, body.reason, body.dry_run)
+        except ScheduleConflict as exc:
+            return _conflict(exc)
+
+
+__all__ = ["CanaryRequest", "EndRequest", "ScheduleRequest", "install"]
