@@ -1,5 +1,6 @@
 """The dashboard shows each schedule's occurrence in force or its next one, in its zone and in
-UTC (issue 22 A.4), in headless Chromium against a real coordinator and Redis."""
+UTC (issue 22 A.4), and a canary resume of the one in force (C.8), in headless Chromium against
+a real coordinator and Redis."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import redis.asyncio as aioredis
 
 from coordinator import Fleet
 from coordinator.demo.localredis import free_port
+from coordinator.fleet.occurrence_canary import occurrence_canary
 from coordinator.settings import CoordinatorSettings
 from replica.contract import format_time, now_utc
 from replica.contract.schedules import next_occurrences
@@ -40,6 +42,8 @@ def test_the_fleet_page_lists_each_schedule_with_its_next_occurrence(
                 "freeze", f"{now.minute} {now.hour} * * *", timedelta(hours=23), "UTC",
                 "release freeze", by="bob"))
             await fleet.pause("warm-up", by="ops", hold="warmup")
+            # a canary resume of the occurrence in force (issue 22 C.8)
+            await occurrence_canary(fleet, "freeze", "canary", "carol", "", ["pod-1"])
         finally:
             await client.aclose()
 
@@ -64,6 +68,10 @@ def test_the_fleet_page_lists_each_schedule_with_its_next_occurrence(
         freeze = page.locator('#schedules tr[data-schedule="freeze"]')
         expect(freeze).to_have_attribute("data-active", "true")
         expect(freeze.locator("td.next-local")).to_contain_text("now, since")
+        canary = freeze.locator(".hold-canary")
+        expect(canary).to_have_text("canary: 1 released (pod-1)")
+        expect(canary).to_have_attribute("data-canaries", "pod-1")
+        expect(backup.locator(".hold-canary")).to_have_count(0)
         expect(page.locator("#no-schedules")).to_be_hidden()
         # the occurrence in force is a hold of the fleet like any other
         expect(page.locator('#holds tr[data-hold="warmup"]')).to_have_count(1)
