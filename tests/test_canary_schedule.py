@@ -21,7 +21,8 @@ import redis.asyncio as aioredis
 from cpkit import Replica, until
 
 from coordinator import Fleet
-from coordinator.fleet.canary import CanarySpec
+from coordinator.cli.occurrence import settle
+from coordinator.fleet.canary import CanarySpec, Verdict
 from coordinator.fleet.occurrence_canary import choose_canaries, occurrence_canary
 from coordinator.fleet.overview import status_with_backlog
 from coordinator.fleet.schedules import ScheduleConflict
@@ -358,3 +359,35 @@ async def test_the_api_takes_an_occurrence_through_a_canary_resume(
 
 async def _live(redis: aioredis.Redis, fleet: str, n: int) -> bool:
     return len((await Fleet(redis, fleet).status()).replicas) == n
+
+
+async def test_a_dry_run_of_an_early_end_writes_nothing_and_a_soak_outliving_its_occurrence_says_so(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str,
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    now = now_utc()
+    await fleet.add_schedule("freeze", f"{now.minute} {now.hour} * * *", timedelta(hours=23),
+                             "UTC", "freeze", by="ops")
+    await fleet.add_schedule("later", f"{now.minute} {(now.hour + 12) % 24} * * *",
+                             timedelta(hours=1), "UTC", "later", by="ops")
+    audit = await redis.xlen(Keys(fleet_name).audit)
+    dry = await _cli(redis_url, fleet_name, "resume", "--hold", "freeze", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith(f"dry run: schedule ended; fleet {fleet_name} would resume "
+                                 "(schedule freeze's entry would be written; nothing was)")
+    assert "holds before: freeze (active)" in dry.stdout
+    assert await redis.xlen(Keys(fleet_name).audit) == audit
+    idle = await _cli(redis_url, fleet_name, "resume", "--hold", "later", "--promote",
+                      "--dry-run")
+    assert idle.returncode == 2 and "its next one starts at " in idle.stderr
+
+    # a soak whose occurrence ended meanwhile: nothing to promote or put back, said so
+    body: dict[str, Any] = {}
+    lines: list[str] = []
+    quiet = await settle(fleet, "later", "ops", Verdict(True), 1.0, body, lines)
+    assert quiet is None and body["occurrence_over"] is True
+    assert lines == ["schedule later's occurrence ended during the soak: nothing to promote; "
+                     "its next occurrence holds every replica"]
+    bad = await settle(fleet, "later", "ops", Verdict(False, "pod-1: 3 failed runs"), 1.0,
+                       {}, [])
+    assert bad is not None and bad.code == 8

@@ -61,10 +61,10 @@ async def canary(fleet: Fleet, schedule: Schedule, spec: CanarySpec, by: str,
     verdict = await soak(fleet, ids, soak_s)
     body["soak"] = {"ok": verdict.ok, "why": verdict.why or None,
                     "elapsed_s": round(verdict.elapsed_s, 3)}
-    return body, lines, await _settle(fleet, hold, by, verdict, soak_s, body, lines)
+    return body, lines, await settle(fleet, hold, by, verdict, soak_s, body, lines)
 
 
-async def _settle(fleet: Fleet, hold: str, by: str, verdict: Verdict, soak_s: float,
+async def settle(fleet: Fleet, hold: str, by: str, verdict: Verdict, soak_s: float,
                   body: dict[str, Any], lines: list[str]) -> CliError | None:
     """Promote after a quiet soak (the occurrence ends early), else put the hold back on the
     canaries; an occurrence that ended during the soak needs neither."""
@@ -122,4 +122,4 @@ async def preview(fleet: Fleet, schedule: Schedule, by: str, reason: str | None,
     return dry_run(await fleet.state(), schedules, before, after, step or "end", now)
 
 
-__all__ = ["canary", "preview", "promote"]
+__all__ = ["canary", "preview", "promote", "settle"]
