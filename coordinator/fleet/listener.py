@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from replica.contract import Keys, now_utc, text
+from replica.contract import Keys, now_utc
 from replica.link.subscription import Subscription
 
 log = logging.getLogger(__name__)
@@ -49,17 +48,22 @@ async def subscribe_acks(redis: Redis, keys: Keys, deadline: float) -> Subscript
     return None
 
 
-async def next_message(sub: Subscription, timeout: float) -> Mapping[str, Any] | None:
-    """The next pub/sub message as ``{"type": ..., "data": ...}``, or None after ``timeout``
-    (0: only what was already read). Error replies raise."""
+async def next_reply(sub: Subscription, timeout: float) -> Any:
+    """The next pub/sub reply as parsed (``[b"message", channel, data]`` for a message), or
+    None after ``timeout`` (0: only what was already read). Error replies raise. Replies are
+    handed on as they are: at a change the coordinator takes one acknowledgement per replica."""
     reply = sub.buffered() if timeout <= 0 else await sub.read(timeout)
-    if reply is None:
-        return None
     if isinstance(reply, BaseException):
         raise reply
-    if not isinstance(reply, list) or len(reply) < 3:
-        return {"type": "other"}
-    return {"type": text(reply[0]), "data": reply[2]}
+    return reply
+
+
+def next_buffered(sub: Subscription) -> Any:
+    """``next_reply(sub, 0)`` without a coroutine: the next reply already read, or None."""
+    reply = sub.buffered()
+    if isinstance(reply, BaseException):
+        raise reply
+    return reply
 
 
 class AckListener:

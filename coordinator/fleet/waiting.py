@@ -51,7 +51,7 @@ from coordinator.fleet.acks import _fast_ack, _Times, _View
 from coordinator.fleet.changes import LastChange
 from coordinator.fleet.confirm import CONFIRM_LUA
 from coordinator.fleet.fallback import FallbackPoll
-from coordinator.fleet.listener import AckListener, next_message, subscribe_acks
+from coordinator.fleet.listener import AckListener, next_buffered, next_reply, subscribe_acks
 from coordinator.fleet.models import (
     GONE,
     Excused,
@@ -224,12 +224,12 @@ class _Run:
             step = min(deadline, fallback.due_at) - now
             if listening and sub is not None:
                 try:
-                    message = await next_message(sub, step)
-                    while message is not None:
-                        self._on_ack(message)
+                    reply = await next_reply(sub, step)
+                    while reply is not None:  # a burst: the replies one socket read brought
+                        self._on_ack(reply)
                         if not self.pending:
                             break
-                        message = await next_message(sub, 0)
+                        reply = next_buffered(sub)
                 except (RedisError, OSError) as exc:
                     listening = False  # carry on with the records alone
                     self.unsure = True  # a Redis restart breaks the channel, and empties it
@@ -347,10 +347,10 @@ class _Run:
                 if not self._reached(r):
                     self.pending.add(r)  # gone silent, or left: the fallback tells which
 
-    def _on_ack(self, message: Mapping[str, Any]) -> None:
-        if message.get("type") != "message":
-            return
-        ack = _fast_ack(message.get("data"))
+    def _on_ack(self, reply: Any) -> None:
+        if not isinstance(reply, list) or len(reply) < 3 or reply[0] != b"message":
+            return  # a subscribe confirmation, a pong (RESP3 pushes are a list's subclass)
+        ack = _fast_ack(reply[2])
         if ack is None:
             return
         replica, version = ack[0], ack[1]
