@@ -70,7 +70,8 @@ class Fleet:
 
     ``redis`` is a ``redis.asyncio.Redis`` client with or without ``decode_responses``.
     ``wait_poll_interval`` is how often ``wait`` re-reads the records of the replicas it has
-    not heard from (the fallback to acknowledgements). A pause or resume on a primary with
+    not heard from (the fallback to acknowledgements; it waits while acknowledgements keep
+    coming: ``coordinator.fleet.fallback``). A pause or resume on a primary with
     replicas connected waits up to ``min_replicas_timeout`` seconds for ``min_replicas_ack``
     of them to confirm it (``WAIT``; 0: off), else raises ``NotConfirmed``.
     """
