@@ -36,7 +36,7 @@ from coordinator.fleet.limits import LimitChange, LimitReading, Limits
 from coordinator.fleet.models import AuditEvent, FleetStatus, ReplicaInfo, WaitReport
 from coordinator.fleet.reads import Reads
 from coordinator.fleet.schedules import Schedules
-from coordinator.fleet.tracing import change_span, made, wait_span, waited
+from coordinator.fleet.tracing import traced_change, wait_span, waited
 from replica.contract import (
     A_ACTION,
     A_AT,
@@ -197,20 +197,11 @@ class Fleet:
         the same at any fleet size) and ``wait`` reads the set itself, after the change."""
         if hold is not None:  # a schedule's name is its own (ScheduleConflict, kind clash)
             await self._schedules.refuse_hold_named_as_schedule(hold)
-        from coordinator.fleet.durability import NotConfirmed
-
-        with change_span(self._name, "pause", hold or DEFAULT_HOLD, by) as traced:
-            try:
-                state = await self._changes.pause(
-                    reason, by, expected_for, auto_resume_after, resume_stagger, hold,
-                    starts_at, reschedule, for_wait, select, dry_run,
-                )
-            except NotConfirmed as exc:  # made: the span says what, and that it is unconfirmed
-                made(traced, exc.state)
-                traced.outcome = "not_confirmed"
-                raise
-            made(traced, state)
-            return state
+        return await traced_change(self._name, "pause", hold or DEFAULT_HOLD, by,
+                                   lambda: self._changes.pause(
+                                       reason, by, expected_for, auto_resume_after,
+                                       resume_stagger, hold, starts_at, reschedule, for_wait,
+                                       select, dry_run))
 
     async def resume(
         self,
@@ -237,18 +228,10 @@ class Fleet:
         replica ids ``canaries`` only (``coordinator.fleet.canary`` chooses them),
         ``"rollback"`` puts it back on them, ``"promote"`` releases it (both raise
         ``NoCanaryConflict`` for a hold without canaries). ``dry_run``: as for ``pause()``."""
-        from coordinator.fleet.durability import NotConfirmed
-
-        with change_span(self._name, "resume", "*" if all else hold, by) as traced:
-            try:
-                state = await self._changes.resume(by, stagger, reason, hold, all, for_wait,
-                                                   canary, canaries, dry_run)
-            except NotConfirmed as exc:
-                made(traced, exc.state)
-                traced.outcome = "not_confirmed"
-                raise
-            made(traced, state)
-            return state
+        return await traced_change(self._name, "resume", "*" if all else hold, by,
+                                   lambda: self._changes.resume(by, stagger, reason, hold, all,
+                                                                for_wait, canary, canaries,
+                                                                dry_run))
 
     @property
     def dry_run_result(self) -> DryRun | None:

@@ -15,7 +15,7 @@ handler the application installs correlates it with the span (trace and span ids
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Final
 
@@ -49,6 +49,23 @@ def made(traced: SpanHandle, state: FleetState) -> None:
                        HOLDS: [h.name for h in state.active_holds()]})
 
 
+async def traced_change(fleet: str, action: str, hold: str | None, by: str,
+                        change: Callable[[], Awaitable[FleetState]]) -> FleetState:
+    """Run ``change`` (a ``Fleet.pause`` or ``Fleet.resume``) in its span: what it made, or,
+    when no replica confirmed it (``NotConfirmed``: made all the same), that and what it made."""
+    from coordinator.fleet.durability import NotConfirmed  # loaded with the first change
+
+    with change_span(fleet, action, hold, by) as traced:
+        try:
+            state = await change()
+        except NotConfirmed as exc:
+            made(traced, exc.state)
+            traced.outcome = "not_confirmed"
+            raise
+        made(traced, state)
+        return state
+
+
 def wait_span(fleet: str, version: int) -> AbstractContextManager[SpanHandle]:
     return span(COORDINATOR_TRACER, "Fleet.wait", {FLEET: fleet, VERSION: version})
 
@@ -77,4 +94,4 @@ def command_span(command: str, fleet: str,
 
 
 __all__ = ["COMMAND", "COORDINATOR_TRACER", "OUTCOME", "change_span", "command_span", "made",
-           "wait_span", "waited"]
+           "traced_change", "wait_span", "waited"]
