@@ -52,15 +52,18 @@ async def spread(client: aioredis.Redis, fleet: str, hours_ago: list[float]) -> 
     assert len(entries) == len(hours_ago)
     await client.delete(keys.audit)
     now = now_utc()
-    moved: dict[str, str] = {}
+    paused_at: dict[str, str] = {}  # each hold's last pause entry, as moved
     for (_, fields), ago in zip(entries, hours_ago, strict=True):
-        at = now - timedelta(hours=ago)
-        moved[fields["at"]] = format_time(at)
-        await client.xadd(keys.audit, {**fields, "at": format_time(at)},
-                          id=f"{int(at.timestamp() * 1000)}-0")
+        at = format_time(now - timedelta(hours=ago))
+        if fields.get("action") in ("pause", "hold_added", "hold_scheduled"):
+            paused_at[fields.get("hold", "")] = at
+        await client.xadd(keys.audit, {**fields, "at": at},
+                          id=f"{int((now - timedelta(hours=ago)).timestamp() * 1000)}-0")
     holds = json.loads(await client.hget(keys.state, "holds") or "{}")
-    for hold in holds.values():
-        hold["since"] = moved.get(hold["since"], hold["since"])
+    for name, hold in holds.items():
+        # By the hold's name, not by its time: two calls can share a millisecond, and a map
+        # of times sent the hold paused 3 h ago to its canary resume's 1 h ago now and then.
+        hold["since"] = paused_at.get(name, hold["since"])
     await client.hset(keys.state, "holds", json.dumps(holds))
 
 
