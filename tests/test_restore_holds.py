@@ -11,7 +11,7 @@ from cpkit import Replicas, until
 
 from coordinator import Fleet
 from replica.contract import RESTORE_STATE_LUA, FleetState, Keys, now_utc, restore_args
-from replica.contract.names import S_RESTORED_AT
+from replica.contract.names import S_RESTORED_AT, S_SCHEDULES_VERSION
 from replica.contract.scripts import RESTORE_RAISED
 
 
@@ -67,6 +67,8 @@ async def test_a_restore_into_a_missing_hash_writes_exactly_the_state_that_was_a
     assert await script(keys=[keys.state, keys.audit, keys.control],
                         args=restore_args(applied, "pod-0", later)) == 1
     after = await redis.hgetall(keys.state)
-    assert after.pop(S_RESTORED_AT)
+    restored_at = after.pop(S_RESTORED_AT)
+    # a schedules marker the replicas did not read last, so they read the schedules again
+    assert after.pop(S_SCHEDULES_VERSION) == restored_at
     assert after == applied.to_hash()
     assert FleetState.from_hash(fleet_name, after) == applied

@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 from cpkit import Replica, until
 
 from coordinator import Fleet
-from replica.contract import Keys, now_utc
+from replica.contract import S_SCHEDULES_VERSION, SCHEDULES_RECHECK_POLLS, Keys, now_utc
 from replica.contract.schedules import Schedule
 from replica.pool.holds import CONTROL_PLANE_SOURCE
 from tests.procs import AUTH, base_env, replica_processes
@@ -143,6 +143,68 @@ async def test_removing_a_schedule_or_ending_its_occurrence_releases_it_at_once(
         assert "fleet:freeze" not in second.pool.holds
     finally:
         await second.stop()
+
+
+
+def _in_force_now() -> str:
+    """A daily cron at this hour and minute: with a 23 h window, in force for the test's life."""
+    now = now_utc()
+    return f"{now.minute} {now.hour} * * *"
+
+
+async def test_a_poll_reads_the_schedules_only_when_the_state_hash_says_they_changed(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str,
+) -> None:
+    """Issue 23's steady cost: one read a poll, not two. A lost control message still costs
+    at most a poll (the state hash's marker says the schedules changed), and a hand edit that
+    writes no marker is read within SCHEDULES_RECHECK_POLLS."""
+    fleet = Fleet(redis, fleet_name)
+    keys = Keys(fleet_name)
+    await fleet.pause("first change", by="ops")
+    await fleet.resume(by="ops")
+    assert await redis.hget(keys.state, S_SCHEDULES_VERSION) == "0"
+    rep = await Replica(redis_url, fleet_name, "pod-1", poll_interval=0.05).start()
+    try:
+        trip = rep.controller._sync._trip
+        await until(lambda: trip.schedule_reads >= 1, what="the first poll's schedules")
+        reads, polls = trip.schedule_reads, trip.polls
+        await until(lambda: trip.polls >= polls + 20, what="twenty polls")
+        assert trip.schedule_reads == reads  # nothing changed: the state hash alone
+        rep.controller._channel._on_message = lambda data: None  # every message lost
+        polls = trip.polls
+        await fleet.add_schedule("freeze", _in_force_now(), timedelta(hours=23), "UTC",
+                                 "freeze", by="ops")
+        await until(lambda: "fleet:freeze" in rep.pool.holds, what="the occurrence's hold")
+        # the poll that found the marker changed, then the read it asked for at once (one
+        # round trip may have been in flight when the schedule was written)
+        assert trip.polls - polls <= 3, (trip.polls, polls)
+        await redis.hdel(keys.schedules, "freeze")  # by hand: no marker
+        polls = trip.polls
+        await until(lambda: not rep.pool.holds, what="the hand edit", timeout=60)
+        assert trip.polls - polls <= SCHEDULES_RECHECK_POLLS + 2
+    finally:
+        await rep.stop()
+
+
+async def test_schedule_writes_mark_the_state_hash_and_never_create_one(
+    redis: aioredis.Redis, fleet_name: str,
+) -> None:
+    fleet = Fleet(redis, fleet_name)
+    keys = Keys(fleet_name)
+    await fleet.add_schedule("backup", "0 2 * * *", timedelta(hours=1), "UTC", "backup",
+                             by="ops")
+    assert not await redis.exists(keys.state)  # a fleet never changed stays without a state
+    await fleet.pause("deploy", by="ops")
+    assert await redis.hget(keys.state, S_SCHEDULES_VERSION) == "0"
+    await fleet.add_schedule("nightly", "0 3 * * *", timedelta(hours=1), "UTC", "nightly",
+                             by="ops")
+    [(added, _)] = await redis.xrevrange(keys.audit, count=1)
+    assert await redis.hget(keys.state, S_SCHEDULES_VERSION) == added
+    await fleet.remove_schedule("nightly", by="ops")
+    [(removed, _)] = await redis.xrevrange(keys.audit, count=1)
+    assert await redis.hget(keys.state, S_SCHEDULES_VERSION) == removed != added
+    await fleet.resume(by="ops")  # a change keeps the marker
+    assert await redis.hget(keys.state, S_SCHEDULES_VERSION) == removed
 
 
 async def _registered(redis: aioredis.Redis, fleet: str, ids: set[str]) -> bool:

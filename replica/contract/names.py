@@ -44,6 +44,14 @@ S_HOLDS: Final = "holds"
 S_HOLDS_VERSION: Final = "holds_version"
 """The version the ``holds`` field was written at: holds are trusted only when it equals
 ``version`` (a hash written by an older release or by hand keeps ``paused`` in charge)."""
+S_SCHEDULES_VERSION: Final = "schedules_version"
+"""Changes whenever the schedules hash is written (``schedule_write.lua`` sets it to the
+audit entry's id; ``set_state.lua`` and a restore put ``0`` where it is missing): a poll reads
+the schedules hash only when this field differs from the last one read with them, is missing,
+or ``SCHEDULES_RECHECK_POLLS`` polls went by, so following a fleet costs one read a poll."""
+SCHEDULES_RECHECK_POLLS: Final = 60
+"""A poll reads the schedules hash at least this often even when ``schedules_version`` says
+nothing changed (a hand edit of the hash writes no marker)."""
 STATE_FIELDS: Final = (
     S_PAUSED, S_REASON, S_BY, S_SINCE, S_VERSION, S_EXPECTED_UNTIL, S_AUTO_RESUME_AT,
     S_RESUME_STAGGER_S, S_CHANGED_AT, S_HOLDS, S_HOLDS_VERSION,

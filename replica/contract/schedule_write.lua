@@ -19,6 +19,8 @@
 -- ARGV[13] add: cron  ARGV[14] add: duration_s  ARGV[15] add: timezone
 -- ARGV[16] canary: the canaries, comma-separated (audit)
 --
+-- Sets the state hash's schedules_version (when the state hash exists) to the audit entry's id.
+--
 -- Returns {"clash"} for an add whose name is a hold of the state, {"too_many", n} for an add
 -- past ARGV[7], {"unknown"} for a remove, end or canary step of a schedule there is not,
 -- {"changed"} for an end or canary step whose schedule changed since it was read, else
@@ -83,7 +85,14 @@ elseif op ~= 'remove' then
     audit[#audit + 1] = ARGV[16] or ''
   end
 end
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', unpack(audit))
+local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', unpack(audit))
+-- the state hash says the schedules changed (its schedules_version, a value never used
+-- before): a replica's poll reads the schedules hash only then, so a lost control message
+-- costs no more than one poll. No state hash (never changed) is left absent: replicas read
+-- the schedules at every poll then.
+if redis.call('TYPE', KEYS[2]).ok == 'hash' then
+  redis.call('HSET', KEYS[2], 'schedules_version', id)
+end
 
 local message = '{"fleet":' .. cjson.encode(ARGV[6]) .. ',"schedules":' .. cjson.encode(ARGV[4]) .. '}'
 if ARGV[9] == '1' then

@@ -1,6 +1,7 @@
 """RecurringHolds: a replica's copy of its fleet's schedules, merged into the applied state.
 
-The sync loop reads the schedules hash (``Keys.schedules``) with every poll, and at once when
+The sync loop reads the schedules hash (``Keys.schedules``) with a poll whose state hash says
+they changed (``schedules_version``, ``replica.control.roundtrip``), and at once when
 the control channel says they changed (``{"fleet", "schedules"}``). ``update()`` keeps what
 it read: an entry that cannot be read is skipped, counted (``invalid``) and logged once, the
 others still apply. A key that cannot be read at all (another type) is the ``schedules``

@@ -28,7 +28,15 @@ from typing import Any
 
 from redis.exceptions import NoPermissionError, ResponseError
 
-from replica.contract import STALE_HEARTBEATS, Keys, clock, now_utc, text
+from replica.contract import (
+    S_SCHEDULES_VERSION,
+    SCHEDULES_RECHECK_POLLS,
+    STALE_HEARTBEATS,
+    Keys,
+    clock,
+    now_utc,
+    text,
+)
 from replica.control.applier import StateApplier
 from replica.control.channel import ControlChannel
 from replica.control.faults import ControlFaults
@@ -40,6 +48,10 @@ from replica.errors import InvalidMessage
 from replica.link.redisio import Link, as_mapping, uncancelled
 
 log = logging.getLogger(__name__)
+
+_SCHEDULES_VERSION = S_SCHEDULES_VERSION.encode()
+_UNREAD = object()
+"""No ``schedules_version`` was read with the schedules yet."""
 
 PolledHook = Callable[[int], None]
 """Called once a poll's state was read and handed to the applier, with the generation of the
@@ -83,7 +95,13 @@ class RoundTrip:
         self.apply_failed = False
         """The applier failed on the last state read (the ``applier`` fault stays)."""
 
+        self._schedules_seen: object = _UNREAD
+        """The state hash's ``schedules_version`` read with the schedules last (None: absent)."""
+        self._polls_since_schedules = 0
+
         # counters
+        self.schedule_reads = 0
+        """Polls that read the schedules hash too."""
         self.polls = 0
         self.last_poll_at: datetime | None = None
         self.write_failures = 0
@@ -101,11 +119,14 @@ class RoundTrip:
         poll_seq = applier.apply_seq
         commands: list[tuple[Any, ...]] = []
         quiet: list[tuple[Any, ...]] = []
+        schedules = False
         if poll:
+            schedules = self._schedules_due(outbox.poll_due)
             self.poll_now = False
             outbox.poll_due = False
             commands.append(("HGETALL", keys.state))
-            commands.append(("HGETALL", keys.schedules))
+            if schedules:
+                commands.append(("HGETALL", keys.schedules))
         if peers:
             stale_ms = int((time.time() - STALE_HEARTBEATS * self._heartbeat_interval) * 1000)
             commands.append(("ZRANGEBYSCORE", keys.replicas, stale_ms, "+inf"))
@@ -142,15 +163,25 @@ class RoundTrip:
                 outbox.record_dirty = True
             if poll:
                 self.poll_now = True
+                if schedules:
+                    outbox.poll_due = True  # the schedules were due: still are
             raise
         i = 0
         poll_error: BaseException | None = None
         if poll:
-            # the schedules first: the state is applied with them
-            poll_error = self._read_schedules(results[i + 1])
+            marker = self._marker(results[i])
+            if schedules:
+                # the schedules first: the state is applied with them
+                poll_error = self._read_schedules(results[i + 1], marker)
             state_error = self._read_state(results[i], poll_seq, sub_gen)
             poll_error = state_error or poll_error
-            i += 2
+            i += 2 if schedules else 1
+            if not schedules:
+                self._polls_since_schedules += 1
+                if marker is not _UNREAD and marker != self._schedules_seen:
+                    # written since they were read: read them now (not at the next poll)
+                    outbox.poll_due = True
+                    outbox.wake.set()
         if peers:
             found = results[i]
             i += 1
@@ -199,9 +230,39 @@ class RoundTrip:
         self._on_polled(sub_gen)
         return None
 
-    def _read_schedules(self, raw: Any) -> BaseException | None:
+    def _schedules_due(self, notified: bool) -> bool:
+        """Whether this poll reads the schedules hash too: the channel said they changed
+        (``notified``), none were read yet, the state hash has no ``schedules_version`` (no
+        state yet) or had another one at the last poll, the key could not be read (until it
+        can), or ``SCHEDULES_RECHECK_POLLS`` polls went by (a hand edit writes no marker)."""
+        return (notified or self._schedules_seen is _UNREAD or self._schedules_seen is None
+                or self._faults.failing("schedules")
+                or self._polls_since_schedules >= SCHEDULES_RECHECK_POLLS)
+
+    @staticmethod
+    def _marker(raw: Any) -> object:
+        """The ``schedules_version`` of a state read (None: absent; ``_UNREAD``: the read
+        failed or was not a hash)."""
+        if isinstance(raw, BaseException):
+            return _UNREAD
+        try:
+            mapping = as_mapping(raw)
+        except Exception:
+            return _UNREAD
+        value = mapping.get(_SCHEDULES_VERSION)
+        if value is None:
+            value = mapping.get(S_SCHEDULES_VERSION)
+        return bytes(value) if isinstance(value, (bytes, bytearray)) else \
+            (str(value).encode() if value is not None else None)
+
+    def _read_schedules(self, raw: Any, marker: object = _UNREAD) -> BaseException | None:
         """The poll's schedules: handed to the applier, or the fault (the key cannot be read:
-        hold), or the error to raise once the rest was read (a lost Redis)."""
+        hold), or the error to raise once the rest was read (a lost Redis). ``marker`` is the
+        ``schedules_version`` the same round trip read just before them."""
+        if not isinstance(raw, BaseException):
+            self.schedule_reads += 1
+            self._polls_since_schedules = 0
+            self._schedules_seen = marker
         if isinstance(raw, NoPermissionError) or (
                 isinstance(raw, ResponseError) and str(raw).startswith("WRONGTYPE")):
             # another type (a hand edit), or an ACL of an older release that does not let
