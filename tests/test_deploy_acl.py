@@ -901,7 +901,8 @@ def test_the_codes_restore_state_script_is_denied_to_the_replica_and_runs_for_th
     assert coordinator.exists(key(fleet, "state")) == 0
     assert coordinator.register_script(script)(keys=keys, args=args) == 1
     assert coordinator.hgetall(key(fleet, "state")) == {"paused": "1", "version": "3",
-                                                        "restored_at": now}
+                                                        "restored_at": now,
+                                                        "schedules_version": now}
 
 
 # --- a replica and another fleet ---------------------------------------------------------------

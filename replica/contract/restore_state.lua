@@ -46,9 +46,11 @@ local fields = {}
 for i = 7, #ARGV - 1 do fields[#fields + 1] = ARGV[i] end
 fields[#fields + 1] = 'restored_at'
 fields[#fields + 1] = ARGV[3]
+-- a schedules marker the replicas did not read last (the restore's time): they read the
+-- schedules again
+fields[#fields + 1] = 'schedules_version'
+fields[#fields + 1] = ARGV[3]
 redis.call('HSET', KEYS[1], unpack(fields))
--- a value the replicas did not read last (the restore's time): they read the schedules again
-redis.call('HSETNX', KEYS[1], 'schedules_version', ARGV[3])
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*',
   'action', 'restore', 'reason', 'state hash was missing or older', 'by', ARGV[4],
   'version', ARGV[1], 'at', ARGV[3])

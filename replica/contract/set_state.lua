@@ -305,11 +305,13 @@ local new = {
   holds_version = tostring(version),
 }
 if h['restored_at'] then new['restored_at'] = h['restored_at'] end
+if not dry then
+  -- kept, or present from the first change on, so a replica's poll reads the schedules hash
+  -- only when schedule_write.lua changes it (replica.contract.names.S_SCHEDULES_VERSION)
+  new['schedules_version'] = h['schedules_version'] or '0'
+end
 if dry then return {'dry', flat(new), count(), event, warnings, before_json} end
 redis.call('HSET', KEYS[1], unpack(flat(new)))
--- present from the first change on, so a replica's poll reads the schedules hash only when
--- schedule_write.lua changes it (see replica.contract.names.S_SCHEDULES_VERSION)
-redis.call('HSETNX', KEYS[1], 'schedules_version', '0')
 local audit = {'action', event, 'hold', name, 'reason', ARGV[2], 'by', ARGV[3],
   'version', tostring(version), 'at', now}
 if action == 'pause' and scheduled then
