@@ -274,18 +274,27 @@ class Cluster(_Topology):
         return wait_for(f"slot {slot} to fail over away from {old}", promoted, timeout)
 
     def wait_in_sync(self, timeout: float = 30.0) -> None:
+        seen = ["nothing read yet"]  # what the last probe found short, for the timeout's text
+
         def synced() -> bool | None:
+            seen[0] = "a node without cluster_state:ok"
             if not self._ok_everywhere():
                 return None
             shards = self._shards()
+            seen[0] = f"{len(shards)} shards in CLUSTER SLOTS"
             if len(shards) < 3:
                 return None
             for _, primary, replicas in shards:
                 if not replicas or not _replication_in_sync(primary, replicas):
+                    seen[0] = (f"{primary} with replicas {[str(r) for r in replicas]} not in "
+                               f"sync: {[r.info('replication') for r in replicas]}")
                     return None
             return True
 
-        wait_for("the cluster to be ok with every replica in sync", synced, timeout)
+        try:
+            wait_for("the cluster to be ok with every replica in sync", synced, timeout)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; last seen: {seen[0]}"[:2000]) from None
 
 
 def binaries_found() -> bool:
