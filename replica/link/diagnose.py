@@ -204,9 +204,15 @@ async def _closed(writer: asyncio.StreamWriter) -> None:
     """Close a probe's connection and wait (bounded) until its socket is really closed, so no
     transport outlives the probe, whatever the loop does next."""
     writer.close()
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(PROBE_TIMEOUT_S):
-            await writer.wait_closed()
+    try:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(PROBE_TIMEOUT_S):
+                await writer.wait_closed()
+    finally:
+        # A TLS close waits for the server's close_notify (up to asyncio's 30 s shutdown
+        # timeout) before it closes the socket: one not done by now, or cut short by the
+        # caller's own timeout, is aborted, or its socket outlived the probe (and the loop).
+        writer.transport.abort()
 
 
 async def _speaks_plain(host: str, port: int) -> bool:
