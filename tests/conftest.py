@@ -283,7 +283,13 @@ async def _no_leaked_tasks() -> AsyncIterator[None]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every async test gets the leaked-task check; a compatibility cell's skips apply."""
+    """Every async test gets the leaked-task check; a compatibility cell's skips apply; the
+    files holding a ``slow`` test come first (their order kept, each file whole), so that
+    ``--dist loadfile`` hands the long files out while every worker is still busy, not last
+    to one worker while the others stand idle."""
+    slow_files = {item.nodeid.split("::", 1)[0] for item in items
+                  if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow_files)
     cell = compatkit.current()
     for item in items:
         if (why := compatkit.skip_reason(cell, item.nodeid)) is not None:

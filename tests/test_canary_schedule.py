@@ -82,6 +82,7 @@ async def _held(reps: list[Replica], name: str) -> dict[str, bool]:
     return {r.id: f"fleet:{name}" in r.pool.holds for r in reps}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 async def test_controllers_release_the_canaries_of_an_occurrence_and_the_next_holds_all_again(
     redis: aioredis.Redis, redis_url: str, fleet_name: str,
