@@ -186,16 +186,42 @@ async def test_a_poll_reads_the_schedules_only_when_the_state_hash_says_they_cha
         await rep.stop()
 
 
-async def test_schedule_writes_mark_the_state_hash_and_never_create_one(
+
+async def test_a_fleet_never_changed_is_followed_with_one_read_a_poll_too(
+    redis: aioredis.Redis, redis_url: str, fleet_name: str,
+) -> None:
+    """No pause or resume ever: without a state hash the replicas would read the schedules at
+    every poll, and most fleets are never paused."""
+    fleet = Fleet(redis, fleet_name)
+    rep = await Replica(redis_url, fleet_name, "pod-1", poll_interval=0.05).start()
+    try:
+        trip = rep.controller._sync._trip
+        await fleet.add_schedule("backup", "0 2 * * *", timedelta(hours=1), "UTC", "backup",
+                                 by="ops")
+        await until(lambda: [s.name for s in rep.controller._applier.recurring.schedules]
+                    == ["backup"], what="the schedule read")
+        reads, polls = trip.schedule_reads, trip.polls
+        await until(lambda: trip.polls >= polls + 20, what="twenty polls")
+        assert trip.schedule_reads == reads
+        assert not rep.pool.holds
+    finally:
+        await rep.stop()
+
+
+async def test_schedule_writes_mark_the_state_hash_and_a_fleet_never_changed_reads_as_such(
     redis: aioredis.Redis, fleet_name: str,
 ) -> None:
     fleet = Fleet(redis, fleet_name)
     keys = Keys(fleet_name)
     await fleet.add_schedule("backup", "0 2 * * *", timedelta(hours=1), "UTC", "backup",
                              by="ops")
-    assert not await redis.exists(keys.state)  # a fleet never changed stays without a state
+    [(first, _)] = await redis.xrevrange(keys.audit, count=1)
+    # a fleet never changed gets the marker alone, and still reads as never changed
+    assert await redis.hgetall(keys.state) == {S_SCHEDULES_VERSION: first}
+    state = await fleet.state()
+    assert (state.version, state.paused) == (0, False)
     await fleet.pause("deploy", by="ops")
-    assert await redis.hget(keys.state, S_SCHEDULES_VERSION) == "0"
+    assert await redis.hget(keys.state, S_SCHEDULES_VERSION) == first  # a change keeps it
     await fleet.add_schedule("nightly", "0 3 * * *", timedelta(hours=1), "UTC", "nightly",
                              by="ops")
     [(added, _)] = await redis.xrevrange(keys.audit, count=1)

@@ -19,7 +19,8 @@
 -- ARGV[13] add: cron  ARGV[14] add: duration_s  ARGV[15] add: timezone
 -- ARGV[16] canary: the canaries, comma-separated (audit)
 --
--- Sets the state hash's schedules_version (when the state hash exists) to the audit entry's id.
+-- Sets the state hash's schedules_version to the audit entry's id (the hash is created with
+-- that field alone for a fleet never changed; left alone when the key is of another type).
 --
 -- Returns {"clash"} for an add whose name is a hold of the state, {"too_many", n} for an add
 -- past ARGV[7], {"unknown"} for a remove, end or canary step of a schedule there is not,
@@ -88,9 +89,11 @@ end
 local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', unpack(audit))
 -- the state hash says the schedules changed (its schedules_version, a value never used
 -- before): a replica's poll reads the schedules hash only then, so a lost control message
--- costs no more than one poll. No state hash (never changed) is left absent: replicas read
--- the schedules at every poll then.
-if redis.call('TYPE', KEYS[2]).ok == 'hash' then
+-- costs no more than one poll. A fleet never changed gets a state hash of that field alone,
+-- which reads as it did (running, version 0); a state key of another type is left as it is
+-- (its replicas hold and read the schedules at every poll).
+local state_type = redis.call('TYPE', KEYS[2]).ok
+if state_type == 'hash' or state_type == 'none' then
   redis.call('HSET', KEYS[2], 'schedules_version', id)
 end
 
