@@ -196,6 +196,11 @@ async def test_a_fleet_never_changed_is_followed_with_one_read_a_poll_too(
     rep = await Replica(redis_url, fleet_name, "pod-1", poll_interval=0.05).start()
     try:
         trip = rep.controller._sync._trip
+        await until(lambda: trip.schedule_reads >= 1, what="the first poll's schedules")
+        reads, polls = trip.schedule_reads, trip.polls
+        await until(lambda: trip.polls >= polls + 20, what="twenty polls")
+        assert trip.schedule_reads == reads  # no state hash, no schedules: nothing changes
+        assert not await redis.exists(Keys(fleet_name).state)
         await fleet.add_schedule("backup", "0 2 * * *", timedelta(hours=1), "UTC", "backup",
                                  by="ops")
         await until(lambda: [s.name for s in rep.controller._applier.recurring.schedules]

@@ -46,9 +46,10 @@ S_HOLDS_VERSION: Final = "holds_version"
 ``version`` (a hash written by an older release or by hand keeps ``paused`` in charge)."""
 S_SCHEDULES_VERSION: Final = "schedules_version"
 """Changes whenever the schedules hash is written (``schedule_write.lua`` sets it to the
-audit entry's id; ``set_state.lua`` and a restore put ``0`` where it is missing): a poll reads
-the schedules hash only when this field differs from the last one read with them, is missing,
-or ``SCHEDULES_RECHECK_POLLS`` polls went by, so following a fleet costs one read a poll."""
+audit entry's id, creating the state hash for a fleet never changed; a change keeps it or puts
+``0``, a restore puts its time): a poll reads the schedules hash only when this field differs
+from the one read with them last (absent being a value too), or ``SCHEDULES_RECHECK_POLLS``
+polls went by, so following a fleet costs one read a poll."""
 SCHEDULES_RECHECK_POLLS: Final = 60
 """A poll reads the schedules hash at least this often even when ``schedules_version`` says
 nothing changed (a hand edit of the hash writes no marker)."""

@@ -232,10 +232,13 @@ class RoundTrip:
 
     def _schedules_due(self, notified: bool) -> bool:
         """Whether this poll reads the schedules hash too: the channel said they changed
-        (``notified``), none were read yet, the state hash has no ``schedules_version`` (no
-        state yet) or had another one at the last poll, the key could not be read (until it
-        can), or ``SCHEDULES_RECHECK_POLLS`` polls went by (a hand edit writes no marker)."""
-        return (notified or self._schedules_seen is _UNREAD or self._schedules_seen is None
+        (``notified``), none were read yet, the state hash's ``schedules_version`` was another
+        at the last poll (found then: ``run`` asks for this read at once), the key could not be
+        read (until it can), or ``SCHEDULES_RECHECK_POLLS`` polls went by (a hand edit writes no
+        marker). A missing marker is a value like any other: every schedule write sets one,
+        creating the state hash if need be, so a fleet with no state hash has had none since
+        its last read."""
+        return (notified or self._schedules_seen is _UNREAD
                 or self._faults.failing("schedules")
                 or self._polls_since_schedules >= SCHEDULES_RECHECK_POLLS)
 
