@@ -146,6 +146,14 @@ async def test_removing_a_schedule_or_ending_its_occurrence_releases_it_at_once(
 
 
 
+async def _twenty_polls_read_no_schedules(trip: Any) -> None:
+    """Once a poll has read the schedules, twenty more go by without reading them again."""
+    await until(lambda: trip.schedule_reads >= 1, what="the first poll's schedules")
+    reads, polls = trip.schedule_reads, trip.polls
+    await until(lambda: trip.polls >= polls + 20, what="twenty polls")
+    assert trip.schedule_reads == reads
+
+
 def _in_force_now() -> str:
     """A daily cron at this hour and minute: with a 23 h window, in force for the test's life."""
     now = now_utc()
@@ -166,10 +174,7 @@ async def test_a_poll_reads_the_schedules_only_when_the_state_hash_says_they_cha
     rep = await Replica(redis_url, fleet_name, "pod-1", poll_interval=0.05).start()
     try:
         trip = rep.controller._sync._trip
-        await until(lambda: trip.schedule_reads >= 1, what="the first poll's schedules")
-        reads, polls = trip.schedule_reads, trip.polls
-        await until(lambda: trip.polls >= polls + 20, what="twenty polls")
-        assert trip.schedule_reads == reads  # nothing changed: the state hash alone
+        await _twenty_polls_read_no_schedules(trip)  # nothing changed: the state hash alone
         rep.controller._channel._on_message = lambda data: None  # every message lost
         polls = trip.polls
         await fleet.add_schedule("freeze", _in_force_now(), timedelta(hours=23), "UTC",
@@ -186,7 +191,6 @@ async def test_a_poll_reads_the_schedules_only_when_the_state_hash_says_they_cha
         await rep.stop()
 
 
-
 async def test_a_fleet_never_changed_is_followed_with_one_read_a_poll_too(
     redis: aioredis.Redis, redis_url: str, fleet_name: str,
 ) -> None:
@@ -196,18 +200,13 @@ async def test_a_fleet_never_changed_is_followed_with_one_read_a_poll_too(
     rep = await Replica(redis_url, fleet_name, "pod-1", poll_interval=0.05).start()
     try:
         trip = rep.controller._sync._trip
-        await until(lambda: trip.schedule_reads >= 1, what="the first poll's schedules")
-        reads, polls = trip.schedule_reads, trip.polls
-        await until(lambda: trip.polls >= polls + 20, what="twenty polls")
-        assert trip.schedule_reads == reads  # no state hash, no schedules: nothing changes
+        await _twenty_polls_read_no_schedules(trip)  # no state hash, no schedules
         assert not await redis.exists(Keys(fleet_name).state)
         await fleet.add_schedule("backup", "0 2 * * *", timedelta(hours=1), "UTC", "backup",
                                  by="ops")
         await until(lambda: [s.name for s in rep.controller._applier.recurring.schedules]
                     == ["backup"], what="the schedule read")
-        reads, polls = trip.schedule_reads, trip.polls
-        await until(lambda: trip.polls >= polls + 20, what="twenty polls")
-        assert trip.schedule_reads == reads
+        await _twenty_polls_read_no_schedules(trip)
         assert not rep.pool.holds
     finally:
         await rep.stop()
