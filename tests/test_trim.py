@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.connection import parse_url
 
-from replica.contract import ITEM_FIELD, Keys
+from coordinator.demo.localredis import LocalRedis
+from replica.contract import ITEM_FIELD, WORK_GROUP, Keys
 from replica.service.trim import Trimmer, next_id, trim_point
 
 
@@ -59,3 +62,52 @@ async def test_a_stream_nobody_consumes_is_not_trimmed(
     finally:
         await client.aclose()
     assert await redis.xlen(work) == 1
+
+
+class _FailingOver(aioredis.ConnectionPool):
+    """A pool that meets a failover after its first connection: every later connection goes
+    to the other server (here, another database of the same private server: a promoted node
+    whose data differs)."""
+
+    def __init__(self, url: str, after: int) -> None:
+        super().__init__(**{**parse_url(url), "db": 1})
+        self._after = after
+        self.handed = 0
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        self.handed += 1
+        if self.handed == 2:  # the failover: the old connections go, new ones meet db 2
+            await self.disconnect()
+            self.reset()  # no connection of the old server is handed out again
+            self.connection_kwargs["db"] = self._after
+        return await super().get_connection(*args, **kwargs)
+
+
+async def test_a_trim_reads_and_trims_on_one_server_across_a_failover(
+    private_redis: LocalRedis,
+) -> None:
+    """The acknowledgement the failover lost is on the old primary only: a trim point read
+    there and applied on the new primary deleted an entry still pending there."""
+    work = Keys("trim-failover").work
+    old = aioredis.Redis.from_url(private_redis.url + "/1")
+    new = aioredis.Redis.from_url(private_redis.url + "/2")
+    try:
+        for r in (old, new):
+            await r.xadd(work, {ITEM_FIELD: "0"}, id="1-0")
+            await r.xadd(work, {ITEM_FIELD: "1"}, id="2-0")
+            await r.xgroup_create(work, WORK_GROUP, id="0")
+            await r.xreadgroup(WORK_GROUP, "c", {work: ">"}, count=2)
+        await old.xack(work, WORK_GROUP, "1-0", "2-0")  # then lost with the old primary
+        pool = _FailingOver(private_redis.url, after=2)
+        client = aioredis.Redis(connection_pool=pool)
+        try:
+            await Trimmer(client, work, Counter()).trim()
+        finally:
+            await client.aclose()
+            await pool.disconnect()  # a pool handed to a client is not the client's to close
+        assert [e for e, _ in await new.xrange(work)] == [b"1-0", b"2-0"]
+        assert (await new.xpending(work, WORK_GROUP))["pending"] == 2
+    finally:
+        for r in (old, new):
+            await r.flushdb()
+            await r.aclose()

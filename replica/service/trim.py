@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import NoPermissionError, ResponseError
 
+from replica.link.connect import pool_for
+from replica.link.redisio import as_mapping, bounded, uncancelled
 from replica.service.entry import text
 
 log = logging.getLogger(__name__)
@@ -52,7 +54,7 @@ def trim_point(groups: Iterable[tuple[str, str | None]]) -> str | None:
     return min(needed, key=id_key) if needed else None
 
 
-def _field(row: dict[Any, Any], name: str) -> Any:
+def _field(row: Mapping[Any, Any], name: str) -> Any:
     return row.get(name, row.get(name.encode()))
 
 
@@ -80,30 +82,55 @@ class Trimmer:
             return 0
 
     async def _trim(self) -> int:
-        groups = await self._redis.xinfo_groups(self.stream)
+        # One connection for the reads and the XTRIM, so both meet the same server: across a
+        # failover, a point read on the old primary (where an acknowledgement the failover
+        # lost had landed) and trimmed on the new one (where that entry is still pending)
+        # deleted the pending entry, and the next claim sweep dropped it as deleted: an item
+        # lost (a 60 s Sentinel chaos run, seed 492458128). A connection that breaks between
+        # the two fails the trim, which the next round tries again.
+        pool = pool_for(self._redis, self.stream)
+        conn = await uncancelled(pool.get_connection())  # type: ignore[no-untyped-call]
+        try:
+            removed = await self._trim_on(conn)
+        except BaseException:
+            await bounded(conn.disconnect(nowait=True), 1.0)
+            raise
+        finally:
+            await pool.release(conn)
+        self._counts["trimmed"] += removed
+        return removed
+
+    async def _trim_on(self, conn: Any) -> int:
+        raw = await _call(conn, "XINFO", "GROUPS", self.stream)
+        groups = [as_mapping(g) for g in raw or []]
         if not groups:
             return 0
         rows = [(text(_field(g, "name")), text(_field(g, "last-delivered-id")),
                  int(_field(g, "pending") or 0)) for g in groups]
-        with_pending = [name for name, _, pending in rows if pending]
         oldest: dict[str, str | None] = {}
-        if with_pending:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for name in with_pending:
-                    pipe.xpending(self.stream, name)
-                replies = await pipe.execute()
-            for name, summary in zip(with_pending, replies, strict=True):
-                low = summary.get("min") if isinstance(summary, dict) else None
+        for name, _, pending in rows:
+            if pending:
+                summary = await _call(conn, "XPENDING", self.stream, name)
+                low = summary[1] if isinstance(summary, list | tuple) and len(summary) > 1 \
+                    else None
                 oldest[name] = text(low) if low else None
         point = trim_point((last, oldest.get(name)) for name, last, _ in rows)
         if point is None:
             return 0
-        removed = int(await self._redis.xtrim(self.stream, minid=point, approximate=False))
-        self._counts["trimmed"] += removed
+        removed = int(await _call(conn, "XTRIM", self.stream, "MINID", point))
         if removed:
             log.debug("trimmed %d acknowledged entries from %s (kept from %s on)",
                       removed, self.stream, point)
         return removed
+
+
+async def _call(conn: Any, *args: Any) -> Any:
+    """One command on ``conn`` and its reply; an error reply raised."""
+    await uncancelled(conn.send_command(*args))
+    reply = await uncancelled(conn.read_response())
+    if isinstance(reply, ResponseError):
+        raise reply
+    return reply
 
 
 __all__ = ["Trimmer", "id_key", "next_id", "trim_point"]
