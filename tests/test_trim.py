@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.connection import parse_url
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from coordinator.demo.localredis import LocalRedis
 from replica.contract import ITEM_FIELD, WORK_GROUP, Keys
@@ -107,6 +109,53 @@ async def test_a_trim_reads_and_trims_on_one_server_across_a_failover(
             await pool.disconnect()  # a pool handed to a client is not the client's to close
         assert [e for e, _ in await new.xrange(work)] == [b"1-0", b"2-0"]
         assert (await new.xpending(work, WORK_GROUP))["pending"] == 2
+    finally:
+        for r in (old, new):
+            await r.flushdb()
+            await r.aclose()
+
+
+class _Switching(aioredis.Connection):
+    """A connection that drops after its first reply and would come back to another server
+    (database 2): a failover between the trim's reads and its XTRIM, on one connection."""
+
+    last = ""
+
+    async def send_command(self, *args: Any, **kwargs: Any) -> None:
+        self.last = str(args[0])
+        await super().send_command(*args, **kwargs)
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        reply = await super().read_response(*args, **kwargs)
+        if self.last == "XINFO":  # the trim's first read: then the failover
+            self.last = ""
+            await self.disconnect()
+            self.db = 2
+        return reply
+
+
+async def test_a_trim_whose_connection_drops_after_its_reads_trims_nothing(
+    private_redis: LocalRedis,
+) -> None:
+    work = Keys("trim-reconnect").work
+    old = aioredis.Redis.from_url(private_redis.url + "/1")
+    new = aioredis.Redis.from_url(private_redis.url + "/2")
+    try:
+        for r in (old, new):
+            await r.xadd(work, {ITEM_FIELD: "0"}, id="1-0")
+            await r.xgroup_create(work, WORK_GROUP, id="0")
+            await r.xreadgroup(WORK_GROUP, "c", {work: ">"}, count=1)
+        await old.xack(work, WORK_GROUP, "1-0")  # acknowledged on the old primary only
+        pool = aioredis.ConnectionPool(connection_class=_Switching,
+                                       **{**parse_url(private_redis.url), "db": 1})
+        client = aioredis.Redis(connection_pool=pool)
+        try:
+            with pytest.raises(RedisConnectionError):
+                await Trimmer(client, work, Counter()).trim()
+        finally:
+            await client.aclose()
+            await pool.disconnect()
+        assert [e for e, _ in await new.xrange(work)] == [b"1-0"]
     finally:
         for r in (old, new):
             await r.flushdb()

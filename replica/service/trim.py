@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError, ResponseError
 
 from replica.link.connect import pool_for
@@ -101,7 +102,7 @@ class Trimmer:
         return removed
 
     async def _trim_on(self, conn: Any) -> int:
-        raw = await _call(conn, "XINFO", "GROUPS", self.stream)
+        raw = await _call(conn, "XINFO", "GROUPS", self.stream, first=True)
         groups = [as_mapping(g) for g in raw or []]
         if not groups:
             return 0
@@ -124,8 +125,13 @@ class Trimmer:
         return removed
 
 
-async def _call(conn: Any, *args: Any) -> Any:
-    """One command on ``conn`` and its reply; an error reply raised."""
+async def _call(conn: Any, *args: Any, first: bool = False) -> Any:
+    """One command on ``conn`` and its reply; an error reply raised. Past the ``first``, a
+    connection that was dropped meanwhile is not reconnected (redis-py would, to whatever
+    server is the primary now): the trim fails instead."""
+    if not first and not conn.is_connected:
+        raise RedisConnectionError("the connection dropped between the trim's reads and its "
+                                   "XTRIM (a failover?): not trimmed this round")
     await uncancelled(conn.send_command(*args))
     reply = await uncancelled(conn.read_response())
     if isinstance(reply, ResponseError):
