@@ -163,7 +163,12 @@ async def test_taking_back_what_it_handed_back_is_logged_as_such_not_as_a_claim(
             await learn_runs(works, timeout)
 
         a.ledger.learn_runs = held_while_admitting  # type: ignore[method-assign]
-        await enqueue(redis, fleet_name, 2)
+        # both in one transaction, so one read takes both (two XADDs let a loaded reader
+        # take the first alone: 'took back 1', the other read after the resume)
+        async with redis.pipeline(transaction=True) as pipe:
+            for i in range(2):
+                pipe.xadd(Keys(fleet_name).work, {ITEM_FIELD: json.dumps({"id": f"i{i}"})})
+            await pipe.execute()
         await parked(a)
         a.ledger.learn_runs = learn_runs  # type: ignore[method-assign]
         with caplog.at_level("INFO", logger=reader_module.__name__):
