@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -66,6 +68,27 @@ async def test_a_stream_nobody_consumes_is_not_trimmed(
     assert await redis.xlen(work) == 1
 
 
+@contextlib.asynccontextmanager
+async def _diverged(url: str, work: str, n: int) -> AsyncIterator[tuple[aioredis.Redis, aioredis.Redis]]:
+    """Two primaries of one failover (databases 1 and 2 of a private server): each has ``n``
+    entries delivered to one consumer, and the old one alone has them acknowledged (the
+    acknowledgement the failover lost)."""
+    old = aioredis.Redis.from_url(url + "/1")
+    new = aioredis.Redis.from_url(url + "/2")
+    try:
+        for r in (old, new):
+            for i in range(n):
+                await r.xadd(work, {ITEM_FIELD: str(i)}, id=f"{i + 1}-0")
+            await r.xgroup_create(work, WORK_GROUP, id="0")
+            await r.xreadgroup(WORK_GROUP, "c", {work: ">"}, count=n)
+        await old.xack(work, WORK_GROUP, *(f"{i + 1}-0" for i in range(n)))
+        yield old, new
+    finally:
+        for r in (old, new):
+            await r.flushdb()
+            await r.aclose()
+
+
 class _FailingOver(aioredis.ConnectionPool):
     """A pool that meets a failover after its first connection: every later connection goes
     to the other server (here, another database of the same private server: a promoted node
@@ -91,15 +114,7 @@ async def test_a_trim_reads_and_trims_on_one_server_across_a_failover(
     """The acknowledgement the failover lost is on the old primary only: a trim point read
     there and applied on the new primary deleted an entry still pending there."""
     work = Keys("trim-failover").work
-    old = aioredis.Redis.from_url(private_redis.url + "/1")
-    new = aioredis.Redis.from_url(private_redis.url + "/2")
-    try:
-        for r in (old, new):
-            await r.xadd(work, {ITEM_FIELD: "0"}, id="1-0")
-            await r.xadd(work, {ITEM_FIELD: "1"}, id="2-0")
-            await r.xgroup_create(work, WORK_GROUP, id="0")
-            await r.xreadgroup(WORK_GROUP, "c", {work: ">"}, count=2)
-        await old.xack(work, WORK_GROUP, "1-0", "2-0")  # then lost with the old primary
+    async with _diverged(private_redis.url, work, 2) as (_, new):
         pool = _FailingOver(private_redis.url, after=2)
         client = aioredis.Redis(connection_pool=pool)
         try:
@@ -109,10 +124,6 @@ async def test_a_trim_reads_and_trims_on_one_server_across_a_failover(
             await pool.disconnect()  # a pool handed to a client is not the client's to close
         assert [e for e, _ in await new.xrange(work)] == [b"1-0", b"2-0"]
         assert (await new.xpending(work, WORK_GROUP))["pending"] == 2
-    finally:
-        for r in (old, new):
-            await r.flushdb()
-            await r.aclose()
 
 
 class _Switching(aioredis.Connection):
@@ -138,14 +149,7 @@ async def test_a_trim_whose_connection_drops_after_its_reads_trims_nothing(
     private_redis: LocalRedis,
 ) -> None:
     work = Keys("trim-reconnect").work
-    old = aioredis.Redis.from_url(private_redis.url + "/1")
-    new = aioredis.Redis.from_url(private_redis.url + "/2")
-    try:
-        for r in (old, new):
-            await r.xadd(work, {ITEM_FIELD: "0"}, id="1-0")
-            await r.xgroup_create(work, WORK_GROUP, id="0")
-            await r.xreadgroup(WORK_GROUP, "c", {work: ">"}, count=1)
-        await old.xack(work, WORK_GROUP, "1-0")  # acknowledged on the old primary only
+    async with _diverged(private_redis.url, work, 1) as (_, new):
         pool = aioredis.ConnectionPool(connection_class=_Switching,
                                        **{**parse_url(private_redis.url), "db": 1})
         client = aioredis.Redis(connection_pool=pool)
@@ -156,7 +160,3 @@ async def test_a_trim_whose_connection_drops_after_its_reads_trims_nothing(
             await client.aclose()
             await pool.disconnect()
         assert [e for e, _ in await new.xrange(work)] == [b"1-0"]
-    finally:
-        for r in (old, new):
-            await r.flushdb()
-            await r.aclose()
