@@ -527,6 +527,24 @@ def test_a_resume_refused_for_its_holds_may_exit_2_and_a_usage_error_may_not() -
     assert broken_rules(check(events)) == [7]
 
 
+
+def test_a_window_over_a_hold_active_now_may_be_refused_with_exit_2_and_nothing_else() -> None:
+    """Issue 19 C.7: ``pause --hold NAME --at`` on the hold in force is refused (exit 2, one
+    line) unless ``--reschedule``; the ten-minute runs' operator meets it."""
+    events = clean()
+    op = find(events, "op", action="pause")
+    op["args"] = {**(op.get("args") or {}), "hold": "ops", "at": 3, "for": 3}
+    op.update(via="cli", exit=2, stderr="fleetgate: hold ops of fleet chaos is active now: scheduling it "
+                             "for later would end it now (and with it the pause, if no other "
+                             "hold is active): release it first, or pass --reschedule to end "
+                             "it now and start it at the new time\n")
+    assert broken_rules(check(events)) == []
+    op["args"] = {k: v for k, v in op["args"].items() if k != "at"}  # not a window: unexpected
+    assert broken_rules(check(events)) == [7]
+    op["args"]["at"] = 3
+    op["stderr"] = "fleetgate: --at takes a time or a duration\n"  # a usage error
+    assert broken_rules(check(events)) == [7]
+
 # ---------------------------------------------------------------------------- failovers (issue 20)
 
 

@@ -29,7 +29,8 @@
    change until after it.
 7. **exits**: no process exited non-zero unless the schedule killed it; the CLI exits with a
    documented status (0, 1, 3, 5; 2 only for a resume refused because it named no hold while
-   the fleet had several, or a hold the fleet did not have), never a traceback.
+   the fleet had several, or a hold the fleet did not have, and for a window over a hold that
+   is active now, refused without ``--reschedule``), never a traceback.
 
 Fleet holds and maintenance windows: a change's state says which holds it has and when each
 starts and ends by itself (``Change.paused_at``), so rules 5 and 6 judge a window that started

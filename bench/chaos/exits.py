@@ -5,7 +5,9 @@ No process exits non-zero unless the schedule killed it; the CLI exits with a do
 confirmed it in time: a failover, or a replica frozen or restarting, on the replicated
 topologies). Exit 2 is a documented status too for one kind of call: a
 resume refused with one line because it named no hold while the fleet had several, or named a
-hold the fleet did not have (any more: a window ended by itself meanwhile); nothing changed.
+hold the fleet did not have (any more: a window ended by itself meanwhile); and a window
+(``pause --hold NAME --at``) over a hold that is active now, refused with one line unless
+``--reschedule`` (issue 19 C.7). Nothing changed either way.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from bench.chaos.verdict import RuleResult
 
 CLI_STATUSES: Final = frozenset({0, 1, 3, 4, 5})
 REFUSED_STATUS: Final = 2
-"""A resume refused for its holds (see the module docstring): nothing changed."""
+"""A resume refused for its holds, or a window over a hold active now (see the module
+docstring): nothing changed."""
 
 
 def check_exits(tl: Timeline, r: RuleResult, at: Callable[[float], str]) -> None:
@@ -40,7 +43,7 @@ def check_exits(tl: Timeline, r: RuleResult, at: Callable[[float], str]) -> None
         if op.get("hung"):
             r.fail(f"fleetgate {op.get('action')} ran past its --timeout at "
                    f"{at(float(op['t0']))}")
-        elif op.get("exit") == REFUSED_STATUS and refused_resume(op):
+        elif op.get("exit") == REFUSED_STATUS and (refused_resume(op) or refused_window(op)):
             continue
         elif op.get("exit") not in CLI_STATUSES or "Traceback" in stderr:
             r.fail(f"fleetgate {op.get('action')} exited {op.get('exit')} at "
@@ -57,6 +60,16 @@ def refused_resume(op: Event) -> bool:
     if args.get("hold"):
         return f"has no hold '{args['hold']}'" in stderr
     return " holds (" in stderr
+
+
+def refused_window(op: Event) -> bool:
+    """A CLI window refused with one line because its hold is active now (see the module
+    docstring)."""
+    args = op.get("args") or {}
+    stderr = str(op.get("stderr") or "")
+    return (op.get("action") == "pause" and "at" in args and bool(args.get("hold"))
+            and "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1
+            and "is active now" in stderr and "--reschedule" in stderr)
 
 
 def count_operator(tl: Timeline) -> Counter[str]:

@@ -251,7 +251,11 @@ class Operator:
         out.update(exit=proc.returncode, stderr=stderr.decode(errors="replace")[-2000:],
                    result={0: "ok", 3: "ok", 4: "unconfirmed", 5: "unknown"}.get(
                        proc.returncode or 0, "error"))
-        if proc.returncode == 2 and action == "resume" and "holds" in out["stderr"]:
+        if proc.returncode == 2 and (
+                (action == "resume" and "holds" in out["stderr"])
+                # a window over a hold that is active now: refused without --reschedule
+                # (issue 19 C.7), as Fleet.pause raises ActiveHoldConflict
+                or (action == "pause" and "--reschedule" in out["stderr"])):
             out["result"] = "refused"
         self._parse_cli(out, stdout.decode(errors="replace"), t1)
         if out["result"] not in ("ok", "unconfirmed"):
