@@ -23,34 +23,43 @@ from tests.procs import Processes
 pytestmark = pytest.mark.slow
 
 
-def _wait_healthy(proc: subprocess.Popen[str], port: int, timeout: float = 120.0) -> None:
+def _wait_healthy(
+    proc: subprocess.Popen[str], port: int, log: Path, timeout: float = 120.0
+) -> None:
     """Until /healthz answers: a hang guard (a fresh-clone run beside make bench's 5,000
-    replicas saw serve take over 30 s to start)."""
+    replicas saw serve take over 30 s to start). The server's log goes to the file ``log``,
+    never to a pipe nobody reads: a full pipe blocks the server's next log line, and with it
+    its event loop (CI saw it: a shared Redis with schedules every 2 s, ten minutes of
+    occurrences to audit, 200 KB of log lines before the server answered)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert proc.poll() is None, log.read_text()
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.1)  # another process's port: no event to wait on
-    raise AssertionError("fleetgate serve did not answer /healthz")
+    raise AssertionError(f"fleetgate serve did not answer /healthz: {log.read_text()[-4000:]}")
 
 
 @pytest.mark.timeout(300)  # past _wait_healthy's hang guard
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_serve_shuts_down_gracefully_on_a_signal_and_exits_zero(
-    redis_url: str, sig: int, processes: Processes
+    redis_url: str, sig: int, processes: Processes, tmp_path: Path
 ) -> None:
     port = free_port()
     env = {**os.environ, "FLEETGATE_REDIS_URL": redis_url, "FLEETGATE_ADMIN_TOKEN": "t" * 24}
-    proc = processes.start(  # SIGINT at its default disposition, however the suite was started
-        [sys.executable, "-m", "coordinator", "serve", "--port", str(port)], env=env,
-    )
-    _wait_healthy(proc, port)
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        proc = processes.start(  # SIGINT at its default disposition, however the suite started
+            [sys.executable, "-m", "coordinator", "serve", "--port", str(port)], env=env,
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+    _wait_healthy(proc, port, log)
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=30)
+    proc.wait(timeout=30)
+    err = log.read_text()
     assert proc.returncode == 0, err[-2000:]
     assert "Traceback" not in err
 
