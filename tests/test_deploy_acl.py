@@ -1476,3 +1476,30 @@ async def test_the_watcher_audits_a_windows_edges_as_the_coordinator_with_nothin
     finally:
         await client.aclose()
     assert _acl_log(admin) == []
+
+
+async def test_the_watcher_audits_a_schedules_occurrences_as_the_coordinator_with_nothing_refused(
+    server: Server, admin: redis.Redis, fleet_of_coordinator: Fleet
+) -> None:
+    """The occurrences of a schedule: the HMGET of the last one audited (a server that starts)
+    and the script that appends only a later one (HGET, HSET and XADD), as the coordinator."""
+    from datetime import timedelta
+
+    from coordinator.notify.windows import WindowAudit, schedule_edges
+
+    fleet = fleet_of_coordinator
+    admin.acl_log_reset()
+    client = server.async_client("coordinator")
+    try:
+        await fleet.add_schedule("acl", "*/2 * * * * *", 1, "UTC", "acl schedule", by="tester")
+        (schedule,) = (await fleet.schedules()).schedules
+        assert schedule.created_at is not None
+        later = schedule.created_at + timedelta(seconds=10)
+        expected = len(schedule_edges([schedule], later))
+        assert expected >= 6
+        assert await WindowAudit(client, fleet.name).check_schedules([schedule], 1, later) \
+            == expected
+        assert await WindowAudit(client, fleet.name).check_schedules([schedule], 1, later) == 0
+    finally:
+        await client.aclose()
+    assert _acl_log(admin) == []

@@ -23,14 +23,24 @@ A schedule's occurrences (``replica.contract.schedules``) are audited the same w
 ``check_schedules``: ``schedule_started`` at an occurrence's start and ``schedule_ended`` at its
 end, with ``starts_at``/``auto_resume_at`` (the occurrence), ``cron`` and ``timezone``, each
 once under ``schedule_started:NAME``/``schedule_ended:NAME`` keyed by the occurrence's start.
-Only occurrences that end within ``SCHEDULE_LOOKBACK`` of now are looked at (a watcher that was
-down longer audits the last ones only). An occurrence ended early (``resume --hold NAME``) had
-its ``schedule_ended`` written by that change (``early``: 1), so the watcher writes none.
+A schedule's occurrences come in time order, so there "once" means "after the last one
+audited": ``OCCURRENCE_ONCE_LUA`` appends an edge only when its occurrence starts after the one
+recorded, and a server that starts (or a second one) writes none of the occurrences another
+already audited, however many passed within the lookback. (Comparing for equality, as for a
+hold, wrote every occurrence but the last again at each restart of ``serve``.) A record that
+is not such a time (a hand edit, garbage) is written over. Only occurrences that end within
+``SCHEDULE_LOOKBACK`` of now are looked at: a watcher that was down longer audits the last
+ones only, and a schedule that recurs every few seconds has at most that many minutes of
+edges to catch up with, logged as one line per schedule, not one per edge. An occurrence
+ended early (``resume --hold NAME``) had its ``schedule_ended`` written by that change
+(``early``: 1), which records its start, so the watcher writes none. A schedule replaced under
+the same name audits the occurrences that start after the last one audited.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Final
@@ -77,6 +87,30 @@ return 1
 """
 
 
+OCCURRENCE_ONCE_LUA: Final = """
+-- fleetgate: append a schedule occurrence's edge to the audit stream unless the edge of this
+-- occurrence or of a later one was written (a schedule's occurrences come in time order).
+-- KEYS[1] fleetgate:{NAME}:alerted   KEYS[2] fleetgate:{NAME}:audit
+-- ARGV[1] field (schedule_started:NAME)   ARGV[2] the occurrence's start (ISO 8601 UTC, ms)
+-- ARGV[3] stream cap   ARGV[4..] the entry's field, value pairs.
+-- A recorded value that is not such a time is written over.  Returns 1 appended, 0 not.
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur and string.match(cur, '^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ$')
+    and cur >= ARGV[2] then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+local fields = {}
+for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(fields))
+return 1
+"""
+_RECORDED: Final = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+"""What ``format_time`` writes (fixed width: compared as text, in time order)."""
+_EDGES_LOGGED: Final = 2
+"""Edges of one schedule that one pass logs line by line; more are one summary line."""
+
+
 def due_edges(state: FleetState, now: datetime) -> list[tuple[str, Hold, datetime]]:
     """The edges of ``state``'s holds that have passed at ``now``, in time order: a scheduled
     hold's start, a hold's end by its ``auto_resume_at``."""
@@ -115,9 +149,14 @@ class WindowAudit:
 
     def __init__(self, redis: Redis, fleet: str) -> None:
         self.keys = Keys(fleet)
+        self._redis = redis
         self._script = redis.register_script(EDGE_ONCE_LUA)
-        self._written: set[tuple[str, str, str]] = set()
-        """Edges this server knows are in the stream (no round trip for them again)."""
+        self._occurrence_script = redis.register_script(OCCURRENCE_ONCE_LUA)
+        self._written: set[tuple[str, str]] = set()
+        """Holds' edges this server knows are in the stream (no round trip for them again)."""
+        self._latest: dict[str, str] = {}
+        """``schedule_started:NAME`` / ``schedule_ended:NAME`` -> the start of the latest
+        occurrence whose edge this server knows is audited (read from Redis on first sight)."""
         self.appended = 0
         """Entries this server appended."""
 
@@ -127,13 +166,13 @@ class WindowAudit:
         again at its next tick)."""
         appended = 0
         for action, hold, at in due_edges(state, now):
-            token = (action, hold.name, format_time(at))
+            token = (f"{action}:{hold.name}", format_time(at))
             if token in self._written:
                 continue
             if await self._append(action, hold, at, state.version):
                 appended += 1
                 log.info("fleet %s: %s %s at %s (version %d)", state.fleet,
-                         action.replace("_", " "), hold.name, token[2], state.version)
+                         action.replace("_", " "), hold.name, token[1], state.version)
             self._written.add(token)
         self.appended += appended
         return appended
@@ -143,18 +182,41 @@ class WindowAudit:
     ) -> int:
         """Write each edge of the schedules' occurrences that has passed and is not in the
         stream yet; returns how many this call appended."""
-        appended = 0
-        for action, schedule, occ, at in schedule_edges(schedules, now):
-            token = (action, schedule.name, format_time(occ.start))
-            if token in self._written:
+        edges = schedule_edges(schedules, now)
+        await self._read_latest({f"{action}:{schedule.name}" for action, schedule, _, _ in edges})
+        written: dict[str, list[tuple[str, datetime, str]]] = {}
+        for action, schedule, occ, at in edges:
+            field, start = f"{action}:{schedule.name}", format_time(occ.start)
+            if start <= self._latest.get(field, ""):
                 continue
             if await self._append_occurrence(action, schedule, occ, at, version):
-                appended += 1
-                log.info("fleet %s: %s %s at %s (the occurrence from %s)", self.keys.fleet,
-                         action.replace("_", " "), schedule.name, format_time(at), token[2])
-            self._written.add(token)
+                written.setdefault(schedule.name, []).append((action, at, start))
+            self._latest[field] = start
+        for name, done in written.items():
+            if len(done) <= _EDGES_LOGGED:
+                for action, at, start in done:
+                    log.info("fleet %s: %s %s at %s (the occurrence from %s)", self.keys.fleet,
+                             action.replace("_", " "), name, format_time(at), start)
+            else:
+                log.info("fleet %s: schedule %s: %d edges of occurrences from %s to %s audited "
+                         "at once (%d starts, %d ends: they passed while no watcher audited "
+                         "them)", self.keys.fleet, name, len(done), done[0][2], done[-1][2],
+                         sum(a == SCHEDULE_STARTED for a, _, _ in done),
+                         sum(a == SCHEDULE_ENDED for a, _, _ in done))
+        appended = sum(len(done) for done in written.values())
         self.appended += appended
         return appended
+
+    async def _read_latest(self, fields: set[str]) -> None:
+        """Learn, for the fields seen for the first time, the occurrence audited last (one
+        HMGET): a server that starts writes no round trip for the edges already audited."""
+        new = sorted(fields - self._latest.keys())
+        if not new:
+            return
+        values = await uncancelled(self._redis.hmget(self.keys.alerted, new))
+        for field, value in zip(new, values, strict=True):
+            found = value.decode() if isinstance(value, bytes) else value
+            self._latest[field] = found if found and _RECORDED.fullmatch(found) else ""
 
     async def _append_occurrence(
         self, action: str, schedule: Schedule, occ: Occurrence, at: datetime, version: int
@@ -170,7 +232,7 @@ class WindowAudit:
         for key, value in fields.items():
             args += [key, value]
         written = await uncancelled(
-            self._script(keys=[self.keys.alerted, self.keys.audit], args=args)
+            self._occurrence_script(keys=[self.keys.alerted, self.keys.audit], args=args)
         )
         return bool(int(written))
 
@@ -196,6 +258,7 @@ class WindowAudit:
 
 __all__ = [
     "EDGE_ONCE_LUA",
+    "OCCURRENCE_ONCE_LUA",
     "SCHEDULE_ENDED",
     "SCHEDULE_LOOKBACK",
     "SCHEDULE_STARTED",
