@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from redis.exceptions import RedisError
+
 from bench.redisnode import HOST, Node, NodeTls, cluster_port, wait_for
 from coordinator.demo.localredis import find_server_binary
 
@@ -164,7 +166,37 @@ class SentinelGroup(_Topology):
                 return None
             return new
 
-        return wait_for(f"a failover away from {old}", promoted, timeout)
+        try:
+            return wait_for(f"a failover away from {old}", promoted, timeout)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; {self.describe()}") from None
+
+    def describe(self, log_lines: int = 12) -> str:
+        """What each sentinel names as the master, each server's replication role, and the
+        last lines of each sentinel's log (its +/- events): the text of a failover timeout."""
+        parts: list[str] = []
+        for s in self.sentinels:
+            try:
+                with s.client() as c:
+                    named = c.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
+                parts.append(f"{s} names {named}")
+            except (RedisError, OSError) as exc:
+                parts.append(f"{s}: {exc!r}")
+        for n in self.servers:
+            try:
+                info = n.info("replication")
+                parts.append(f"{n}: role {info.get('role')}, master port "
+                             f"{info.get('master_port', '-')}, link "
+                             f"{info.get('master_link_status', '-')}, offset "
+                             f"{info.get('master_repl_offset')}")
+            except (RedisError, OSError) as exc:
+                parts.append(f"{n}: {exc!r}")
+        for s in self.sentinels:
+            log = s.dir / "server.log"
+            tail = log.read_text(errors="replace").splitlines()[-log_lines:] \
+                if log.exists() else []
+            parts.append(f"{s} log:\n  " + "\n  ".join(tail))
+        return "\n".join(parts)
 
     def wait_in_sync(self, timeout: float = 30.0) -> None:
         def synced() -> bool | None:
