@@ -43,7 +43,9 @@ def _ha(group: SentinelGroup) -> HaRedis:
 
 def _failover(group: SentinelGroup) -> tuple[int, int]:
     """A ``SENTINEL FAILOVER``, asked again while refused (NOGOODSLAVE); (old, new) ports once
-    the old primary is the new one's replica."""
+    the old primary is the new one's replica. Asked once the group is in sync as every
+    sentinel sees it: one asked sooner can be undone (``SentinelGroup.wait_in_sync``)."""
+    group.wait_in_sync()
     old = group.master()
 
     def asked() -> bool | None:

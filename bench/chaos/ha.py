@@ -31,7 +31,7 @@ from redis.exceptions import ResponseError
 
 from bench.chaos.settings import CLUSTER, SENTINEL
 from bench.redisnode import wait_for
-from bench.topology import SERVICE, Cluster, Node, SentinelGroup
+from bench.topology import SERVICE, Cluster, Node, SentinelGroup, quicken
 from replica.link.slots import slot_of
 
 log = logging.getLogger(__name__)
@@ -263,6 +263,7 @@ class HaRedis:
     def sentinel_restart(self, found: dict[str, Any]) -> int | None:
         node: Node = found["_node"]
         node.start()
+        quicken(node)  # a runtime setting: gone with the process
         return node.pid
 
     def shard_kill_start(self) -> dict[str, Any]:
