@@ -156,3 +156,14 @@ async def test_ten_minutes_of_occurrences_are_audited_in_full_and_logged_in_one_
     lines = [r.getMessage() for r in caplog.records if r.name == "coordinator.notify.windows"]
     assert 1 <= len(lines) <= 2 and all("schedule started flush" in line
                                         or "schedule ended flush" in line for line in lines)
+
+
+async def test_a_record_that_is_not_utf8_is_written_over_too(
+    redis: aioredis.Redis, fleet_name: str
+) -> None:
+    schedule = await _every_two_seconds(redis, fleet_name)
+    assert schedule.created_at is not None
+    now = schedule.created_at + timedelta(seconds=6)
+    await redis.hset(Keys(fleet_name).alerted, "schedule_started:flush", b"\xff\xfe2026")
+    expected = len(schedule_edges([schedule], now))
+    assert await WindowAudit(redis, fleet_name).check_schedules([schedule], 1, now) == expected

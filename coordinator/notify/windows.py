@@ -213,9 +213,12 @@ class WindowAudit:
         new = sorted(fields - self._latest.keys())
         if not new:
             return
-        values = await uncancelled(self._redis.hmget(self.keys.alerted, new))
+        try:
+            values = await uncancelled(self._redis.hmget(self.keys.alerted, new))
+        except UnicodeDecodeError:  # a hand edit, not UTF-8: as unknown (the script decides)
+            values = [None] * len(new)
         for field, value in zip(new, values, strict=True):
-            found = value.decode() if isinstance(value, bytes) else value
+            found = value.decode(errors="replace") if isinstance(value, bytes) else value
             self._latest[field] = found if found and _RECORDED.fullmatch(found) else ""
 
     async def _append_occurrence(
