@@ -6,14 +6,20 @@ address works with ``ssl_check_hostname=false`` and still checks the CA.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.asyncio.connection import SSLConnection
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from bench.chaos.proxy import BLACKHOLE, LinkProxy
 from replica.link.connect import connect
+from replica.link.slots import SlotRedis
+from replica.link.tls import TLSConnection
 from tests.clikit import one_line, run
 from tests.tlskit import TlsFiles, TlsRedis, make_tls_files
 
@@ -86,3 +92,105 @@ async def test_the_sentinel_and_cluster_tls_forms_take_ssl_check_hostname(tmp_pa
             assert conn.ssl_context.cert_reqs == ssl.CERT_REQUIRED
         finally:
             await client.aclose()
+
+
+# -- TLSConnection (replica/link/tls.py): a dropped TLS connection closes its socket at once
+
+
+@pytest.fixture
+async def silent_tls(tmp_path: Path) -> AsyncIterator[tuple[str, LinkProxy]]:
+    """A TLS server behind a proxy the test can black-hole (the server then never answers a
+    close_notify), and the URL that reaches it through the proxy."""
+    files = make_tls_files(tmp_path)
+    server = TlsRedis(files, auth_clients=True).start()
+    try:
+        async with LinkProxy("127.0.0.1", server.tls_port) as proxy:
+            yield (f"rediss://127.0.0.1:{proxy.port}/0?{_client_query(files)}"
+                   "&socket_connect_timeout=0.5"), proxy
+    finally:
+        server.stop()
+
+
+def _socket_of(writer: Any) -> Any:
+    sock = writer.transport.get_extra_info("socket")
+    assert sock is not None and sock.fileno() != -1
+    return sock
+
+
+async def test_every_tls_client_fleetgate_makes_drops_its_connections_at_once(
+    tmp_path: Path,
+) -> None:
+    ca = make_tls_files(tmp_path).ca
+    for url in (f"rediss://127.0.0.1:1/0?ssl_ca_certs={ca}",
+                f"rediss+cluster://127.0.0.1:1?ssl_ca_certs={ca}",
+                f"rediss+sentinel://127.0.0.1:1/svc?ssl_ca_certs={ca}"):
+        client = connect(url)
+        try:
+            assert isinstance(client.connection_pool.make_connection(), TLSConnection), url
+            if isinstance(client, SlotRedis):  # the slot map's own (CLUSTER SLOTS) too
+                assert isinstance(client.slot_map.direct("127.0.0.1", 1), TLSConnection)
+        finally:
+            await client.aclose()
+    plain = connect("redis://127.0.0.1:1/0")
+    try:
+        assert not isinstance(plain.connection_pool.make_connection(), SSLConnection)
+    finally:
+        await plain.aclose()
+
+
+async def test_a_dropped_tls_connection_closes_its_socket_within_a_turn_of_the_loop(
+    silent_tls: tuple[str, LinkProxy],
+) -> None:
+    """Without the abort, the socket stays open until the server's close_notify (never, here:
+    up to asyncio's 30 s), and a loop that ends meanwhile leaks it."""
+    url, proxy = silent_tls
+    client = connect(url)
+    try:
+        conn = client.connection_pool.make_connection()
+        await conn.connect()
+        sock = _socket_of(conn._writer)
+        proxy.set_mode(BLACKHOLE)
+        await conn.disconnect(nowait=True)
+        await asyncio.sleep(0)  # one turn of the loop
+        assert sock.fileno() == -1
+    finally:
+        proxy.heal()
+        await client.aclose()
+
+
+async def test_a_pubsub_closed_over_tls_leaves_no_socket_open(
+    silent_tls: tuple[str, LinkProxy],
+) -> None:
+    url, proxy = silent_tls
+    client = connect(url)
+    try:
+        pubsub = client.pubsub()
+        await pubsub.subscribe("fleetgate-test-tls")
+        assert pubsub.connection is not None
+        sock = _socket_of(pubsub.connection._writer)
+        proxy.set_mode(BLACKHOLE)
+        await pubsub.aclose()  # redis-py drops it (nowait)
+        await asyncio.sleep(0)
+        assert sock.fileno() == -1
+    finally:
+        proxy.heal()
+        await client.aclose()
+
+
+async def test_a_graceful_tls_close_the_server_never_answers_is_aborted_at_its_timeout(
+    silent_tls: tuple[str, LinkProxy],
+) -> None:
+    url, proxy = silent_tls
+    client = connect(url)
+    try:
+        conn = client.connection_pool.make_connection()
+        await conn.connect()
+        sock = _socket_of(conn._writer)
+        proxy.set_mode(BLACKHOLE)
+        with pytest.raises(RedisTimeoutError, match="closing"):
+            await conn.disconnect()  # waits for close_notify: socket_connect_timeout, 0.5 s
+        await asyncio.sleep(0)
+        assert sock.fileno() == -1
+    finally:
+        proxy.heal()
+        await client.aclose()

@@ -31,7 +31,7 @@ import re
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.asyncio.connection import Connection, ConnectionPool, SSLConnection
+from redis.asyncio.connection import Connection, ConnectionPool
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import (
     MasterNotFoundError,
@@ -48,6 +48,7 @@ from replica.contract.urls import RedisTarget, Topology, parse_redis_url
 from replica.errors import RedisMisconfigured
 from replica.link.diagnose import short
 from replica.link.slots import NotServedHere, SlotRedis
+from replica.link.tls import TLSConnection
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class _SentinelConnection(SentinelManagedConnection):
             raise NotServedHere(f"the master was demoted ({exc})") from exc
 
 
-class _SentinelSSLConnection(_SentinelConnection, SSLConnection):
+class _SentinelSSLConnection(_SentinelConnection, TLSConnection):
     pass
 
 
@@ -144,7 +145,10 @@ def connect(url: str | RedisTarget, **options: Any) -> Redis:
     first command connects."""
     target = url if isinstance(url, RedisTarget) else parse_redis_url(url)
     if target.topology == "standalone":
-        return Redis.from_url(target.url, **options)
+        standalone = Redis.from_url(target.url, **options)
+        if target.tls:  # the URL names SSLConnection: ours drops a connection at once
+            standalone.connection_pool.connection_class = TLSConnection
+        return standalone
     if target.socket_timeout is not None:
         options["socket_timeout"] = target.socket_timeout
     if target.socket_connect_timeout is not None:

@@ -31,6 +31,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from replica.contract.urls import RedisTarget
 from replica.errors import RedisMisconfigured
+from replica.link.tls import TLSConnection
 
 log = logging.getLogger(__name__)
 _SSL_SOURCE: Final = re.compile(r" \(_ssl\.c:\d+\)")
@@ -283,6 +284,8 @@ async def _sentinel_masters(target: RedisTarget, host: str, port: int) -> list[s
         client = Redis(host=host, port=port, ssl=target.tls, username=target.username,
                        password=target.password, socket_timeout=PROBE_TIMEOUT_S,
                        socket_connect_timeout=PROBE_TIMEOUT_S, decode_responses=True, **options)
+    if target.tls:  # its connections close at once when dropped (see replica.link.tls)
+        client.connection_pool.connection_class = TLSConnection
     try:
         info = await client.execute_command("INFO", "server")  # type: ignore[no-untyped-call]
         if not isinstance(info, dict) or info.get("redis_mode") != "sentinel":

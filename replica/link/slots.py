@@ -27,7 +27,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.asyncio.connection import Connection, ConnectionPool, SSLConnection
+from redis.asyncio.connection import Connection, ConnectionPool
 from redis.crc import key_slot
 from redis.exceptions import (
     AskError,
@@ -37,6 +37,8 @@ from redis.exceptions import (
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
+
+from replica.link.tls import TLSConnection
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +192,7 @@ class SlotManagedConnection(Connection):
             raise NotServedHere(f"slot {self.slot} is not served here now ({exc})") from exc
 
 
-class SlotManagedSSLConnection(SlotManagedConnection, SSLConnection):
+class SlotManagedSSLConnection(SlotManagedConnection, TLSConnection):
     pass
 
 
@@ -227,7 +229,7 @@ class SlotRedis(Redis):
                  **kwargs: Any) -> None:
         self._connection_class = SlotManagedSSLConnection if ssl else SlotManagedConnection
         self._pool_kwargs = dict(kwargs)
-        self.slot_map = SlotMap(seeds, SSLConnection if ssl else Connection, kwargs)
+        self.slot_map = SlotMap(seeds, TLSConnection if ssl else Connection, kwargs)
         self._pools: dict[int, SlotConnectionPool] = {}
         self._clients: dict[int, Redis] = {}
         super().__init__(connection_pool=self.pool_for_slot(0))
