@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
+import socket
 import ssl
 import subprocess
 import time
@@ -25,6 +27,7 @@ from coordinator.web.api import create_app
 from coordinator.web.metrics import render_metrics
 from tests.apikit import ADMIN, client_for, json_headers, make_settings
 from tests.notifykit import SECRET, Hook, hooks, notifier, quick, settle, verify
+from tests.tlskit import make_tls_files
 
 FIELDS = ("event", "fleet", "hold", "reason", "by", "version", "at", "text")
 
@@ -286,3 +289,44 @@ async def test_a_cancelled_stop_of_a_receiver_is_cancelled_itself() -> None:
     with pytest.raises(asyncio.CancelledError):
         await stopping
     await asyncio.wait([inner])
+
+
+def _answer_and_never_close(listener: socket.socket, tls: ssl.SSLContext, said: list[str]) -> None:
+    """A thread: an HTTPS receiver that answers 204, then ignores the client's close_notify
+    (no close_notify back, the socket left open) and says when the client's TCP close came."""
+    conn, _ = listener.accept()
+    with tls.wrap_socket(conn, server_side=True) as wrapped:
+        wrapped.settimeout(10)
+        while b"\r\n\r\n" not in wrapped.recv(65536):
+            pass
+        wrapped.sendall(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+        assert wrapped.recv(65536) == b""  # the client's close_notify (none is sent back)
+        raw = socket.socket(fileno=os.dup(wrapped.fileno()))
+        raw.settimeout(10)
+        try:
+            said.append("closed" if raw.recv(65536) == b"" else "data")
+        except TimeoutError:
+            said.append("still open after 10 s")
+        finally:
+            raw.close()
+
+
+async def test_an_https_receiver_that_never_answers_the_close_keeps_no_socket_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """asyncio waits up to 30 s for the receiver's close_notify before it closes the socket:
+    ``post`` waits one second for it, then closes the socket itself."""
+    files = make_tls_files(tmp_path)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(files.server_cert, files.server_key)
+    monkeypatch.setenv("SSL_CERT_FILE", str(files.ca))
+    monkeypatch.setattr(webhook, "_ssl_context", None)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        said: list[str] = []
+        port = listener.getsockname()[1]
+        receiver = asyncio.create_task(
+            asyncio.to_thread(_answer_and_never_close, listener, server_tls, said))
+        status = await webhook.post(f"https://127.0.0.1:{port}/hook", b"{}", {}, timeout=5.0)
+        await receiver
+    assert status == 204
+    assert said == ["closed"]

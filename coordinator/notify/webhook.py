@@ -138,9 +138,14 @@ async def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float
             return _status(line)
         finally:
             writer.close()
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(1.0):
-                    await writer.wait_closed()
+            try:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(1.0):
+                        await writer.wait_closed()
+            finally:
+                # an HTTPS close waits for the receiver's close_notify (asyncio: up to 30 s);
+                # a receiver that never sends it does not keep the socket open that long
+                writer.transport.abort()
 
 
 def _status(line: bytes) -> int:
