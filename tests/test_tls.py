@@ -13,13 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 from redis.asyncio.connection import SSLConnection
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bench.chaos.proxy import BLACKHOLE, LinkProxy
 from replica.link.connect import connect
+from replica.link.redisio import Link
 from replica.link.slots import SlotRedis
 from replica.link.tls import TLSConnection
+from replica.service.readline import ReadLine
 from tests.clikit import one_line, run
 from tests.tlskit import TlsFiles, TlsRedis, make_tls_files
 
@@ -191,6 +194,33 @@ async def test_a_graceful_tls_close_the_server_never_answers_is_aborted_at_its_t
             await conn.disconnect()  # waits for close_notify: socket_connect_timeout, 0.5 s
         await asyncio.sleep(0)
         assert sock.fileno() == -1
+    finally:
+        proxy.heal()
+        await client.aclose()
+
+
+async def test_fleetgates_own_connections_drop_at_once_on_a_tls_client_the_application_made(
+    silent_tls: tuple[str, LinkProxy],
+) -> None:
+    """A client made with redis-py's own ``Redis.from_url`` (an ``SSLConnection`` pool): the
+    controller's link, closed at its stop, and the work reader's line, whose read a timeout
+    cancels (redis-py drops the connection itself), leave no socket open."""
+    url, proxy = silent_tls
+    client = aioredis.Redis.from_url(url)
+    try:
+        assert client.connection_pool.connection_class is SSLConnection
+        link = Link(client)
+        await link.call([("PING",)])
+        line = ReadLine(client)
+        await line.read(("PING",), timeout=5.0)
+        socks = [_socket_of(link._conn._writer), _socket_of(line._conn._writer)]
+        proxy.set_mode(BLACKHOLE)
+        await link.close()
+        with pytest.raises(TimeoutError):
+            await line.read(("BLPOP", "fleetgate-test-tls", 0), timeout=0.2)
+        await asyncio.sleep(0)
+        assert [s.fileno() for s in socks] == [-1, -1]
+        await line.close()
     finally:
         proxy.heal()
         await client.aclose()

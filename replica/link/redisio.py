@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from replica.link.connect import pool_for
+from replica.link.tls import own_connection
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class Link:
             return conn
         self._conn = None
         if self._spare is None:  # one connection object for good (see Subscription.open)
-            self._spare = self._pool.make_connection()  # type: ignore[no-untyped-call]
+            self._spare = own_connection(self._pool)
         conn = self._spare
         try:
             await uncancelled(conn.connect())

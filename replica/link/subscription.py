@@ -33,6 +33,7 @@ from redis.exceptions import InvalidResponse, ResponseError
 
 from replica.link.connect import pool_for, sharded
 from replica.link.redisio import bounded, pack, uncancelled
+from replica.link.tls import own_connection
 
 OnReply = Callable[[Any], None]
 """Called with each reply in push mode; what it raises ends the subscription with that error."""
@@ -137,7 +138,7 @@ class Subscription:
         ``on_reply``, in push mode. A reopen reuses the connection object (redis-py looks its
         own version up, uncached, for each new one: a millisecond per connection, which a
         reconnect wave multiplies)."""
-        conn = self._spare if self._spare is not None else self._pool.make_connection()  # type: ignore[no-untyped-call]
+        conn = self._spare if self._spare is not None else own_connection(self._pool)
         self._spare = conn
         self._parser = parser = hiredis.Reader(
             protocolError=InvalidResponse, replyError=ResponseError

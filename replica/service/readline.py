@@ -23,6 +23,7 @@ from redis.exceptions import RedisError
 
 from replica.link.connect import pool_for
 from replica.link.redisio import bounded, uncancelled
+from replica.link.tls import own_connection
 
 
 class ReadAborted(Exception):
@@ -51,7 +52,7 @@ class ReadLine:
         try:
             conn = self._conn
             if conn is None:  # one connection object for good (see Subscription.open)
-                conn = self._conn = self._pool.make_connection()  # type: ignore[no-untyped-call]
+                conn = self._conn = own_connection(self._pool)
             writer = getattr(conn, "_writer", None)
             if writer is not None and writer.is_closing():  # aborted after its last reply
                 await bounded(conn.disconnect(nowait=True), 1.0)
