@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio import Redis
 from redis.asyncio.connection import SSLConnection
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -100,16 +102,32 @@ async def test_the_sentinel_and_cluster_tls_forms_take_ssl_check_hostname(tmp_pa
 # -- TLSConnection (replica/link/tls.py): a dropped TLS connection closes its socket at once
 
 
-@pytest.fixture
-async def silent_tls(tmp_path: Path) -> AsyncIterator[tuple[str, LinkProxy]]:
+@dataclass
+class Silent:
     """A TLS server behind a proxy the test can black-hole (the server then never answers a
-    close_notify), and the URL that reaches it through the proxy."""
+    close_notify), the URL that reaches it through the proxy, and a client ``connect`` made."""
+
+    url: str
+    proxy: LinkProxy
+    client: Redis
+
+    def black_hole(self) -> None:
+        self.proxy.set_mode(BLACKHOLE)
+
+
+@pytest.fixture
+async def silent(tmp_path: Path) -> AsyncIterator[Silent]:
     files = make_tls_files(tmp_path)
     server = TlsRedis(files, auth_clients=True).start()
     try:
         async with LinkProxy("127.0.0.1", server.tls_port) as proxy:
-            yield (f"rediss://127.0.0.1:{proxy.port}/0?{_client_query(files)}"
-                   "&socket_connect_timeout=0.5"), proxy
+            url = f"rediss://127.0.0.1:{proxy.port}/0?{_client_query(files)}&socket_connect_timeout=0.5"
+            client = connect(url)
+            try:
+                yield Silent(url, proxy, client)
+            finally:
+                proxy.heal()
+                await client.aclose()
     finally:
         server.stop()
 
@@ -118,6 +136,19 @@ def _socket_of(writer: Any) -> Any:
     sock = writer.transport.get_extra_info("socket")
     assert sock is not None and sock.fileno() != -1
     return sock
+
+
+async def _connected(client: Redis) -> tuple[Any, Any]:
+    """A new connection of ``client``'s pool, connected, and its socket."""
+    conn = client.connection_pool.make_connection()
+    await conn.connect()
+    return conn, _socket_of(conn._writer)
+
+
+async def _still_open_after_a_turn(*socks: Any) -> list[Any]:
+    """The sockets of ``socks`` still open after one turn of the loop."""
+    await asyncio.sleep(0)
+    return [sock for sock in socks if sock.fileno() != -1]
 
 
 async def test_every_tls_client_fleetgate_makes_drops_its_connections_at_once(
@@ -142,71 +173,43 @@ async def test_every_tls_client_fleetgate_makes_drops_its_connections_at_once(
 
 
 async def test_a_dropped_tls_connection_closes_its_socket_within_a_turn_of_the_loop(
-    silent_tls: tuple[str, LinkProxy],
+    silent: Silent,
 ) -> None:
     """Without the abort, the socket stays open until the server's close_notify (never, here:
     up to asyncio's 30 s), and a loop that ends meanwhile leaks it."""
-    url, proxy = silent_tls
-    client = connect(url)
-    try:
-        conn = client.connection_pool.make_connection()
-        await conn.connect()
-        sock = _socket_of(conn._writer)
-        proxy.set_mode(BLACKHOLE)
-        await conn.disconnect(nowait=True)
-        await asyncio.sleep(0)  # one turn of the loop
-        assert sock.fileno() == -1
-    finally:
-        proxy.heal()
-        await client.aclose()
+    conn, sock = await _connected(silent.client)
+    silent.black_hole()
+    await conn.disconnect(nowait=True)
+    assert await _still_open_after_a_turn(sock) == []
 
 
-async def test_a_pubsub_closed_over_tls_leaves_no_socket_open(
-    silent_tls: tuple[str, LinkProxy],
-) -> None:
-    url, proxy = silent_tls
-    client = connect(url)
-    try:
-        pubsub = client.pubsub()
-        await pubsub.subscribe("fleetgate-test-tls")
-        assert pubsub.connection is not None
-        sock = _socket_of(pubsub.connection._writer)
-        proxy.set_mode(BLACKHOLE)
-        await pubsub.aclose()  # redis-py drops it (nowait)
-        await asyncio.sleep(0)
-        assert sock.fileno() == -1
-    finally:
-        proxy.heal()
-        await client.aclose()
+async def test_a_pubsub_closed_over_tls_leaves_no_socket_open(silent: Silent) -> None:
+    pubsub = silent.client.pubsub()
+    await pubsub.subscribe("fleetgate-test-tls")
+    assert pubsub.connection is not None
+    sock = _socket_of(pubsub.connection._writer)
+    silent.black_hole()
+    await pubsub.aclose()  # redis-py drops it (nowait)
+    assert await _still_open_after_a_turn(sock) == []
 
 
 async def test_a_graceful_tls_close_the_server_never_answers_is_aborted_at_its_timeout(
-    silent_tls: tuple[str, LinkProxy],
+    silent: Silent,
 ) -> None:
-    url, proxy = silent_tls
-    client = connect(url)
-    try:
-        conn = client.connection_pool.make_connection()
-        await conn.connect()
-        sock = _socket_of(conn._writer)
-        proxy.set_mode(BLACKHOLE)
-        with pytest.raises(RedisTimeoutError, match="closing"):
-            await conn.disconnect()  # waits for close_notify: socket_connect_timeout, 0.5 s
-        await asyncio.sleep(0)
-        assert sock.fileno() == -1
-    finally:
-        proxy.heal()
-        await client.aclose()
+    conn, sock = await _connected(silent.client)
+    silent.black_hole()
+    with pytest.raises(RedisTimeoutError, match="closing"):
+        await conn.disconnect()  # waits for close_notify: socket_connect_timeout, 0.5 s
+    assert await _still_open_after_a_turn(sock) == []
 
 
 async def test_fleetgates_own_connections_drop_at_once_on_a_tls_client_the_application_made(
-    silent_tls: tuple[str, LinkProxy],
+    silent: Silent,
 ) -> None:
     """A client made with redis-py's own ``Redis.from_url`` (an ``SSLConnection`` pool): the
     controller's link, closed at its stop, and the work reader's line, whose read a timeout
     cancels (redis-py drops the connection itself), leave no socket open."""
-    url, proxy = silent_tls
-    client = aioredis.Redis.from_url(url)
+    client = aioredis.Redis.from_url(silent.url)
     try:
         assert client.connection_pool.connection_class is SSLConnection
         link = Link(client)
@@ -214,13 +217,11 @@ async def test_fleetgates_own_connections_drop_at_once_on_a_tls_client_the_appli
         line = ReadLine(client)
         await line.read(("PING",), timeout=5.0)
         socks = [_socket_of(link._conn._writer), _socket_of(line._conn._writer)]
-        proxy.set_mode(BLACKHOLE)
+        silent.black_hole()
         await link.close()
         with pytest.raises(TimeoutError):
             await line.read(("BLPOP", "fleetgate-test-tls", 0), timeout=0.2)
-        await asyncio.sleep(0)
-        assert [s.fileno() for s in socks] == [-1, -1]
+        assert await _still_open_after_a_turn(*socks) == []
         await line.close()
     finally:
-        proxy.heal()
         await client.aclose()
