@@ -21,7 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bench.chaos.proxy import BLACKHOLE, LinkProxy
 from replica.link.connect import connect
-from replica.link.redisio import Link
+from replica.link.redisio import Link, drop
 from replica.link.slots import SlotRedis
 from replica.link.tls import TLSConnection
 from replica.service.readline import ReadLine
@@ -223,5 +223,22 @@ async def test_fleetgates_own_connections_drop_at_once_on_a_tls_client_the_appli
             await line.read(("BLPOP", "fleetgate-test-tls", 0), timeout=0.2)
         assert await _still_open_after_a_turn(*socks) == []
         await line.close()
+    finally:
+        await client.aclose()
+
+
+async def test_drop_closes_a_pooled_connection_of_redis_pys_own_tls_class_at_once(
+    silent: Silent,
+) -> None:
+    """What the trim does with its pooled connection when a step fails."""
+    client = aioredis.Redis.from_url(silent.url)
+    try:
+        conn = await client.connection_pool.get_connection()
+        assert type(conn) is SSLConnection
+        sock = _socket_of(conn._writer)
+        silent.black_hole()
+        await drop(conn)
+        await client.connection_pool.release(conn)
+        assert await _still_open_after_a_turn(sock) == []
     finally:
         await client.aclose()

@@ -5,8 +5,9 @@ retry a pipeline on a connection that died with a Redis restart; a replica must 
 send a change (its record and its acknowledgement) without waiting for replies. This module
 holds the small pieces that deal with that: ``uncancelled()``, a raw RESP writer (``pack``),
 ``Link`` (one connection of the controller's own), ``Backoff`` (jittered reconnects),
-``bounded()`` (cleanup that cannot hang) and ``cancel_bounded()`` (cancel a task again until
-it ends, since a cancellation can be lost inside a call).
+``bounded()`` (cleanup that cannot hang), ``drop()`` (a connection closed now, over TLS too)
+and ``cancel_bounded()`` (cancel a task again until it ends, since a cancellation can be lost
+inside a call).
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ class Link:
             else:
                 self._skip = True
         except BaseException:
-            await bounded(conn.disconnect(nowait=True), 1.0)
+            await drop(conn)
             raise
         self._conn = conn
         self._unread = 0
@@ -191,7 +192,7 @@ class Link:
         except BaseException:
             self._conn = None
             self._unread = 0
-            await bounded(conn.disconnect(nowait=True), 1.0)
+            await drop(conn)
             raise
 
     async def evalsha(
@@ -242,7 +243,7 @@ class Link:
     async def close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            await bounded(conn.disconnect(nowait=True), 1.0)
+            await drop(conn)
 
 
 class Backoff:
@@ -271,6 +272,16 @@ async def bounded(aw: Any, timeout: float) -> None:
         raise
     except Exception as exc:
         log.debug("cleanup step failed: %r", exc)
+
+
+async def drop(conn: Any, timeout: float = 1.0) -> None:
+    """Drop a redis-py connection now, whatever its class: its transport is aborted (so over
+    TLS too its socket closes within a turn of the loop, see ``replica.link.tls``), then
+    redis-py forgets it (``disconnect(nowait=True)``, bounded)."""
+    writer = getattr(conn, "_writer", None)
+    if writer is not None:
+        writer.transport.abort()
+    await bounded(conn.disconnect(nowait=True), timeout)
 
 
 async def cancel_bounded(task: asyncio.Task[Any], timeout: float = 5.0) -> None:

@@ -32,7 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, ResponseError
 
 from replica.link.connect import pool_for, sharded
-from replica.link.redisio import bounded, pack, uncancelled
+from replica.link.redisio import drop, pack, uncancelled
 from replica.link.tls import own_connection
 
 OnReply = Callable[[Any], None]
@@ -253,7 +253,4 @@ class Subscription:
 
     @staticmethod
     async def _drop(conn: Any) -> None:
-        writer = getattr(conn, "_writer", None)
-        if writer is not None:
-            writer.transport.abort()  # in push mode redis-py's stream never hears of it
-        await bounded(conn.disconnect(nowait=True), 1.0)
+        await drop(conn)  # aborted: in push mode redis-py's stream never hears of it

@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from replica.link.connect import pool_for
-from replica.link.redisio import bounded, uncancelled
+from replica.link.redisio import drop, uncancelled
 from replica.link.tls import own_connection
 
 
@@ -55,7 +55,7 @@ class ReadLine:
                 conn = self._conn = own_connection(self._pool)
             writer = getattr(conn, "_writer", None)
             if writer is not None and writer.is_closing():  # aborted after its last reply
-                await bounded(conn.disconnect(nowait=True), 1.0)
+                await drop(conn)
             if not conn.is_connected:
                 await uncancelled(conn.connect())
             if self.aborted:  # during the connect, before there was anything to close
@@ -86,7 +86,7 @@ class ReadLine:
     async def close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            await bounded(conn.disconnect(nowait=True), 1.0)
+            await drop(conn)
 
 
 __all__ = ["ReadAborted", "ReadLine"]

@@ -27,7 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError, ResponseError
 
 from replica.link.connect import pool_for
-from replica.link.redisio import as_mapping, bounded, uncancelled
+from replica.link.redisio import as_mapping, drop, uncancelled
 from replica.service.entry import text
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class Trimmer:
         try:
             removed = await self._trim_on(conn)
         except BaseException:
-            await bounded(conn.disconnect(nowait=True), 1.0)
+            await drop(conn)
             raise
         finally:
             await pool.release(conn)
