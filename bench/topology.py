@@ -192,6 +192,33 @@ class SentinelGroup(_Topology):
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}; {self.describe()}") from None
 
+    def wait_settled(self, timeout: float = 30.0) -> Node:
+        """The master, once every live sentinel names it and none has a failover in progress:
+        until then fleetgate cannot tell a primary without replicas from one a failover is
+        replacing, and waits for a replica to confirm each change (``NotConfirmed`` when there
+        is none: a sentinel still on a failover attempt of its own, under load, made a resume
+        right after a failover exit 4)."""
+
+        def settled() -> Node | None:
+            current = self._named_master()
+            if current is None:
+                return None
+            for s in self.sentinels:
+                if not s.running:
+                    continue
+                with s.client() as c:
+                    answer = c.execute_command("SENTINEL", "MASTER", SERVICE)
+                state = answer if isinstance(answer, dict) else dict(
+                    zip(answer[::2], answer[1::2], strict=False))
+                if "failover_in_progress" in str(state.get("flags", "")):
+                    return None
+            return current
+
+        try:
+            return wait_for("the sentinels to settle on one master", settled, timeout)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; {self.describe()}") from None
+
     def describe(self, log_lines: int = 12) -> str:
         """What each sentinel names as the master, each server's replication role, and the
         last lines of each sentinel's log (its +/- events): the text of a failover timeout."""

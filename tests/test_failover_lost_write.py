@@ -151,6 +151,10 @@ async def lost_write_drill(
                 early = starts(history)
                 assert early and not any(e["version"] in held_versions or e["held"] for e in early)
 
+                # a resume is confirmed (or needs no replica) once no sentinel is still on a
+                # failover: until then a primary without replicas cannot be told from one
+                # being replaced, and the CLI says so (exit 4)
+                await asyncio.to_thread(sentinel_group.wait_settled)
                 resumed = await asyncio.to_thread(run_cli, "resume", "--redis-url", url,
                                                   fleet=fleet_name, env=cli_env)
                 assert resumed.returncode == 0, resumed.stderr
