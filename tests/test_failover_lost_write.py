@@ -157,7 +157,8 @@ async def lost_write_drill(
                 await asyncio.to_thread(sentinel_group.wait_settled)
                 resumed = await asyncio.to_thread(run_cli, "resume", "--redis-url", url,
                                                   fleet=fleet_name, env=cli_env)
-                assert resumed.returncode == 0, resumed.stderr
+                assert resumed.returncode == 0, (
+                    resumed.stderr + "\n" + await asyncio.to_thread(sentinel_group.describe))
                 await until("items to start again after the resume",
                             lambda: True if any(e["version"] > final for e in starts(history))
                             else None)
