@@ -119,14 +119,18 @@ async def test_a_server_that_starts_later_audits_none_of_the_occurrences_another
     assert sum(edges.values()) == expected + more and set(edges.values()) == {1}
 
 
+@pytest.mark.parametrize("records", [
+    # > any time, compared as text
+    {"schedule_started:flush": "zzzz", "schedule_ended:flush": "9999-99-99 garbage"},
+    {"schedule_started:flush": b"\xff\xfe2026"},  # not UTF-8: read as unknown
+], ids=["not-a-time", "not-utf8"])
 async def test_a_record_of_the_last_occurrence_that_is_not_a_time_is_written_over(
-    redis: aioredis.Redis, fleet_name: str
+    redis: aioredis.Redis, fleet_name: str, records: dict[str, str | bytes]
 ) -> None:
     schedule = await _every_two_seconds(redis, fleet_name)
     assert schedule.created_at is not None
     now = schedule.created_at + timedelta(seconds=10)
-    await redis.hset(Keys(fleet_name).alerted, mapping={  # > any time, compared as text
-        "schedule_started:flush": "zzzz", "schedule_ended:flush": "9999-99-99 garbage"})
+    await redis.hset(Keys(fleet_name).alerted, mapping=records)
     expected = len(schedule_edges([schedule], now))
     assert await WindowAudit(redis, fleet_name).check_schedules([schedule], 1, now) == expected
     assert await WindowAudit(redis, fleet_name).check_schedules([schedule], 1, now) == 0
@@ -156,14 +160,3 @@ async def test_ten_minutes_of_occurrences_are_audited_in_full_and_logged_in_one_
     lines = [r.getMessage() for r in caplog.records if r.name == "coordinator.notify.windows"]
     assert 1 <= len(lines) <= 2 and all("schedule started flush" in line
                                         or "schedule ended flush" in line for line in lines)
-
-
-async def test_a_record_that_is_not_utf8_is_written_over_too(
-    redis: aioredis.Redis, fleet_name: str
-) -> None:
-    schedule = await _every_two_seconds(redis, fleet_name)
-    assert schedule.created_at is not None
-    now = schedule.created_at + timedelta(seconds=6)
-    await redis.hset(Keys(fleet_name).alerted, "schedule_started:flush", b"\xff\xfe2026")
-    expected = len(schedule_edges([schedule], now))
-    assert await WindowAudit(redis, fleet_name).check_schedules([schedule], 1, now) == expected
