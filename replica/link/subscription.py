@@ -162,7 +162,7 @@ class Subscription:
                 self._ended = ended
             transport.write(pack(("SSUBSCRIBE" if self.sharded else "SUBSCRIBE", self.channel)))
         except BaseException:
-            await self._drop(conn)
+            await drop(conn)  # aborted: in push mode redis-py's stream never hears of it
             raise
         self._conn, self._reader, self._writer, self._transport = conn, reader, writer, transport
 
@@ -249,8 +249,5 @@ class Subscription:
         if ended is not None and ended.done() and not ended.cancelled():
             ended.exception()  # retrieved: no "never retrieved" warning
         if conn is not None:
-            await self._drop(conn)
+            await drop(conn)  # aborted: in push mode redis-py's stream never hears of it
 
-    @staticmethod
-    async def _drop(conn: Any) -> None:
-        await drop(conn)  # aborted: in push mode redis-py's stream never hears of it
