@@ -133,6 +133,7 @@ async def test_a_server_that_refuses_role_is_waited_on_all_the_same(
         with pytest.raises(NotConfirmed) as caught:
             await fleet.pause("m", by="alice")
     assert caught.value.acked == 0
+    assert "ROLE refused" in caught.value.doubt and "ROLE refused" in str(caught.value)
 
 
 def test_the_rule_refuses_a_negative_count_and_a_timeout_that_is_not_positive() -> None:

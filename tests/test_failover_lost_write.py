@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from coordinator.demo.localredis import free_port
+from coordinator.fleet.durability import NotConfirmed
 from coordinator.fleet.fleet import Fleet
 from replica.contract import now_utc
 from replica.link.connect import connect
@@ -43,7 +44,12 @@ from tests.failoverkit import (
 from tests.fleetkit import FLEETGATE, ROOT, run_cli
 from tests.hakit import logs, pools, until_following, until_pools
 from tests.procs import AUTH, TOKEN, Processes, ReplicaProcess, enqueue, replica_processes
-from tests.topology import SentinelGroup, sentinel_group_fixture  # noqa: F401 (the fixture)
+from tests.topology import (  # noqa: F401 (the fixture)
+    SERVICE,
+    Node,
+    SentinelGroup,
+    sentinel_group_fixture,
+)
 
 FLEET = "orders"
 """The fleet of the ACL case: its replica user is ``replica-orders``."""
@@ -57,6 +63,12 @@ USERS_ACL = ROOT / "deploy" / "k8s" / "base" / "redis" / "users.acl"
 REPLICAS = 3
 ITEMS = 2000
 """More than the replicas can work through before the pause (0.05 s each, 2 workers each)."""
+
+
+def sentinel_log(sentinel: Node) -> str:
+    """What a sentinel logged (its +/- events)."""
+    path = sentinel.dir / "server.log"
+    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def load_deploy_users(group: SentinelGroup, rendered: Path) -> None:
@@ -153,11 +165,18 @@ async def lost_write_drill(
 
                 # a resume is confirmed (or needs no replica) once no sentinel is still on a
                 # failover: until then a primary without replicas cannot be told from one
-                # being replaced, and the CLI says so (exit 4)
+                # being replaced, and the CLI says so (exit 4, the resume made all the same).
+                # A sentinel may also try a failover of the new primary itself, having seen it
+                # down for a second (just thawed, under load): exit 4 then says so, and that
+                # sentinel's log shows the attempt
                 await asyncio.to_thread(sentinel_group.wait_settled)
                 resumed = await asyncio.to_thread(run_cli, "resume", "--redis-url", url,
                                                   fleet=fleet_name, env=cli_env)
-                assert resumed.returncode == 0, (
+                tried = f"+try-failover master {SERVICE} {new.host} {new.port}"
+                assert resumed.returncode == 0 or (
+                    resumed.returncode == 4 and "a failover may be replacing it" in
+                    resumed.stderr and any(tried in sentinel_log(s) for s in
+                                           sentinel_group.sentinels)), (
                     resumed.stderr + "\n" + await asyncio.to_thread(sentinel_group.describe))
                 await until("items to start again after the resume",
                             lambda: True if any(e["version"] > final for e in starts(history))
@@ -181,6 +200,23 @@ async def test_a_pause_the_failover_lost_is_restored_by_the_replicas_that_applie
     procs = await lost_write_drill(sentinel_group, fleet_name, tmp_path, replica_url=url,
                                    url=url, restorers=set)
     assert any("restored the state hash" in rp.log() for rp in procs)
+
+    # the new primary has no replica (the old one is dead): a change is confirmed without a
+    # WAIT only when every sentinel names it the master; one that does not answer (a fourth,
+    # dead, address in the URL) makes it wait, and the NotConfirmed says which one and why
+    dead = free_port()
+    hosts = ",".join(f"{h}:{p}" for h, p in sentinel_group.sentinel_addresses)
+    with_dead = url.replace(hosts, f"{hosts},127.0.0.1:{dead}")
+    assert with_dead != url
+    redis = connect(with_dead, decode_responses=True, socket_timeout=2, socket_connect_timeout=1)
+    try:
+        with pytest.raises(NotConfirmed) as caught:
+            await Fleet(redis, fleet_name, min_replicas_timeout=0.2).pause("doubt", by="tester")
+    finally:
+        await redis.aclose()
+    assert caught.value.acked == 0
+    assert f"sentinel 127.0.0.1:{dead} did not say it is the master" in str(caught.value), (
+        f"{caught.value}\n{await asyncio.to_thread(sentinel_group.describe, 40)}")
 
 
 @pytest.mark.slow

@@ -104,7 +104,7 @@ def unconfirmed_line(settings: CoordinatorSettings, progress: Progress) -> str |
     exc = progress.unconfirmed
     if exc is None:
         return None
-    counted = f"{exc.acked} of {exc.wanted} replicas" if exc.acked is not None else f"no answer: {exc.why}"
+    counted = exc.counted
     return (f"the change (version {exc.state.version}) was written to the Redis primary at "
             f"{redact_url(settings.redis_url)} but not confirmed by a replica within "
             f"{exc.timeout_s:g}s ({counted}): a failover now could lose it; check "

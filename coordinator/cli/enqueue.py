@@ -182,7 +182,7 @@ def _not_confirmed(
     if json_out:
         emit_json({"fleet": fleet, "count": len(confirmed), "ids": confirmed,
                    "unconfirmed": exc.ids, "unsent": unsent})
-    counted = f"{exc.acked} of {exc.wanted}" if exc.acked is not None else f"no answer ({exc.why})"
+    counted = exc.counted
     span = f" ({exc.ids[0]} .. {exc.ids[-1]})" if exc.ids else ""
     return CliError(
         f"fleet {fleet}: {len(confirmed)} items enqueued and confirmed; {len(exc.ids)} more"

@@ -65,6 +65,19 @@ class Unconfirmed(FleetgateError):
     resume (``NotConfirmed``) or a batch of work items (``BatchNotConfirmed``, which is a
     ``NotConfirmed`` too)."""
 
+    acked: int | None
+    wanted: int
+    why: str
+    doubt: str
+
+    @property
+    def counted(self) -> str:
+        """What ``WAIT`` found, for a message: ``0 of 1 replicas``, or ``no answer: ...``; then
+        why it was waited on at all when the primary showed no replica (``doubt``)."""
+        counted = (f"{self.acked} of {self.wanted} replicas" if self.acked is not None
+                   else f"no answer: {self.why}")
+        return f"{counted}; {self.doubt}" if self.doubt else counted
+
 
 class NotConfirmed(Unconfirmed):
     """A pause or resume that is made on the Redis primary, and published, but that no replica
@@ -73,21 +86,24 @@ class NotConfirmed(Unconfirmed):
     ``Fleet.enqueue`` catches it; a batch's carries ``fleet`` and ``ids``, not ``state``.
 
     ``state`` is the state the change wrote; ``acked`` the replicas ``WAIT`` counted (None when
-    it did not answer: ``why``); ``wanted`` how many were asked for."""
+    it did not answer: ``why``); ``wanted`` how many were asked for; ``doubt`` why a primary
+    that showed no replica was waited on all the same (a sentinel that names another master,
+    or did not answer), else empty."""
 
     def __init__(
-        self, state: FleetState, acked: int | None, wanted: int, timeout_s: float, why: str = ""
+        self, state: FleetState, acked: int | None, wanted: int, timeout_s: float, why: str = "",
+        doubt: str = "",
     ) -> None:
         self.state = state
         self.acked = acked
         self.wanted = wanted
         self.timeout_s = timeout_s
         self.why = why
-        counted = f"{acked} of {wanted}" if acked is not None else f"no answer ({why})"
+        self.doubt = doubt
         super().__init__(
             f"the change to fleet {state.fleet} (version {state.version}, "
             f"{'paused' if state.paused else 'running'}) was written to the Redis primary but "
-            f"not confirmed by a replica within {timeout_s:g}s ({counted}): a failover now "
+            f"not confirmed by a replica within {timeout_s:g}s ({self.counted}): a failover now "
             "could lose it"
         )
 
@@ -101,7 +117,7 @@ class BatchNotConfirmed(NotConfirmed):
 
     def __init__(
         self, fleet: str, ids: list[str], acked: int | None, wanted: int, timeout_s: float,
-        why: str = "",
+        why: str = "", doubt: str = "",
     ) -> None:
         self.fleet = fleet
         self.ids = ids
@@ -109,12 +125,12 @@ class BatchNotConfirmed(NotConfirmed):
         self.wanted = wanted
         self.timeout_s = timeout_s
         self.why = why
-        counted = f"{acked} of {wanted}" if acked is not None else f"no answer ({why})"
+        self.doubt = doubt
         span = f" ({ids[0]} .. {ids[-1]})" if ids else ""
         Unconfirmed.__init__(  # not NotConfirmed's: a batch has no state
             self,
             f"{len(ids)} items{span} were written to fleet {fleet}'s work stream on the Redis "
-            f"primary but not confirmed by a replica within {timeout_s:g}s ({counted}): a "
+            f"primary but not confirmed by a replica within {timeout_s:g}s ({self.counted}): a "
             "failover now could lose them; enqueue them again if they must not be lost",
         )
 
@@ -137,6 +153,8 @@ class Durability:
         self._replicas: int | None = None
         self._seen_at = float("-inf")
         self._role_refused = False
+        self.doubt = ""
+        """Why the last ``replicas()`` could not tell (None), for the caller's message."""
 
     def __repr__(self) -> str:
         return f"Durability({self.min_replicas_ack}, {self.timeout_s:g})"
@@ -149,9 +167,10 @@ class Durability:
         """Replicas connected to the server of ``conn`` (``ROLE``; a count above 0 remembered
         for a moment, 0 asked again each time: no replica is what skips ``WAIT``); None when it
         cannot be told, or when a Sentinel primary without replicas is not the master every
-        sentinel names, or is being failed over (``_named_alone``)."""
+        sentinel names, or is being failed over (``_not_named_alone``); ``doubt`` then says why."""
         if self._role_refused:
             return None
+        self.doubt = ""
         if self._replicas and time.monotonic() - self._seen_at < REPLICAS_CACHE_S:
             return self._replicas
         await conn.send_command("ROLE")
@@ -159,14 +178,17 @@ class Durability:
             reply = await conn.read_response()
         except ResponseError as exc:  # NOPERM, or a service without ROLE
             self._role_refused = True
+            self.doubt = f"ROLE refused: {exc}"
             log.warning("cannot tell whether Redis has replicas (ROLE: %s): every change waits "
                         "for %d to confirm it; set FLEETGATE_MIN_REPLICAS_ACK=0 where there are "
                         "none", exc, self.min_replicas_ack)
             return None
         count = len(reply[2]) if text(reply[0]) == "master" and len(reply) > 2 else None
-        if count == 0 and isinstance(conn, SentinelManagedConnection) \
-                and not await _named_alone(conn):
-            count = None  # a primary a failover is replacing: what it takes is lost
+        self.doubt = "" if count is not None else f"ROLE answered {text(reply[0])!r}"
+        if count == 0 and isinstance(conn, SentinelManagedConnection):
+            self.doubt = await _not_named_alone(conn)
+            if self.doubt:
+                count = None  # a primary a failover may be replacing: what it takes is lost
         self._replicas, self._seen_at = count, time.monotonic()
         return count
 
@@ -181,15 +203,17 @@ class Confirmation:
         """``WAIT`` was sent (the server has replicas, or could not say)."""
         self.acked: int | None = None
         self.why = ""
+        self.doubt = ""
+        """Why ``WAIT`` was sent although the primary showed no replica (``Durability.doubt``)."""
 
     async def __call__(self, conn: Any) -> None:
         """Never raises but ``CancelledError``: the change is made whatever this finds."""
         rule = self.rule
-        self.waited, self.acked, self.why = False, None, ""
+        self.waited, self.acked, self.why, self.doubt = False, None, "", ""
         try:
             if await rule.replicas(conn) == 0:
                 return
-            self.waited = True
+            self.waited, self.doubt = True, rule.doubt
             await conn.send_command("WAIT", rule.min_replicas_ack, _ms(rule.timeout_s))
             self.acked = int(await conn.read_response(timeout=rule.timeout_s + READ_MARGIN_S))
         except asyncio.CancelledError:
@@ -213,7 +237,7 @@ class Confirmation:
                     "none" if self.acked is None else self.acked, self.rule.min_replicas_ack,
                     self.rule.timeout_s)
         raise NotConfirmed(state, self.acked, self.rule.min_replicas_ack, self.rule.timeout_s,
-                           self.why)
+                           self.why, self.doubt)
 
     def check_batch(self, fleet: str, ids: list[str]) -> list[str]:
         """``ids`` when confirmed; else raise ``BatchNotConfirmed`` carrying them."""
@@ -224,34 +248,55 @@ class Confirmation:
                     "none" if self.acked is None else self.acked, self.rule.min_replicas_ack,
                     self.rule.timeout_s)
         raise BatchNotConfirmed(fleet, ids, self.acked, self.rule.min_replicas_ack,
-                                self.rule.timeout_s, self.why)
+                                self.rule.timeout_s, self.why, self.doubt)
 
 
-async def _named_alone(conn: Any) -> bool:
-    """Every sentinel names ``conn``'s server as the master, with no failover in progress
-    (``SENTINEL MASTER``). One that does not answer makes it False (wait: it cannot be told):
-    the sentinel leading a ``SENTINEL FAILOVER`` is the only one that says "failover in
-    progress" until the others learn the new master, and passed over (slow, under load) it let
-    a 10-minute chaos run write an item unwaited to the old primary, confirmed, and lost."""
+async def _not_named_alone(conn: Any) -> str:
+    """Empty when every sentinel names ``conn``'s server as the master, with no failover in
+    progress (``SENTINEL MASTER``, asked of all of them at once); else why not, each sentinel
+    that does not agree named with its reason, for the caller's message. One that does not
+    answer is a reason (wait: it cannot be told): the sentinel leading a ``SENTINEL FAILOVER``
+    is the only one that says "failover in progress" until the others learn the new master,
+    and passed over (slow, under load) it let a 10-minute chaos run write an item unwaited to
+    the old primary, confirmed, and lost. A failover a sentinel tries on a primary it briefly
+    saw down (``+odown``, 1 s without a ``PING`` answer, under load) counts too: while it
+    tries, a replica the primary does not show (partitioned from it) may be promoted."""
     pool = getattr(conn, "connection_pool", None)
     manager = getattr(pool, "sentinel_manager", None)
     service = getattr(pool, "service_name", None)
-    if manager is None or service is None:
-        return False
+    alone = "the primary shows no replica connected"
+    if manager is None or service is None or not manager.sentinels:
+        return f"{alone}, and there is no sentinel to ask whether it is the master"
     here = (str(conn.host), int(conn.port))
-    answered = False
-    for sentinel in manager.sentinels:
-        try:
-            state = await sentinel.sentinel_master(service)
-        except (RedisError, OSError, TimeoutError):
-            return False
-        answered = True
+    sentinels = list(manager.sentinels)
+    answers = await asyncio.gather(*(s.sentinel_master(service) for s in sentinels),
+                                   return_exceptions=True)
+    reasons: list[str] = []
+    for sentinel, state in zip(sentinels, answers, strict=True):
+        where = _address(sentinel)
+        if isinstance(state, RedisError | OSError | TimeoutError):
+            said = " ".join(str(state).split()) or type(state).__name__
+            reasons.append(f"sentinel {where} did not say it is the master ({said})")
+            continue
+        if isinstance(state, BaseException):
+            raise state  # CancelledError, or a defect: Confirmation says it was not confirmed
         flags = state.get("flags", "")
+        flagged = sorted(flags) if isinstance(flags, set | frozenset | list) \
+            else str(flags).split(",")
         named = (str(state.get("ip")), int(state.get("port", 0)))
-        if named != here or "failover_in_progress" in str(flags) \
-                or not state.get("is_master", True):
-            return False
-    return answered
+        if named != here:
+            reasons.append(f"sentinel {where} names {named[0]}:{named[1]} as the master, not "
+                           f"{here[0]}:{here[1]}")
+        elif "failover_in_progress" in flagged or not state.get("is_master", True):
+            reasons.append(f"sentinel {where} flags it {','.join(flagged)}: a failover may be "
+                           "replacing it")
+    return f"{alone}, and {'; '.join(reasons)}" if reasons else ""
+
+
+def _address(client: Any) -> str:
+    """``host:port`` of a sentinel's client, for a message."""
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
 
 
 async def write_confirmed(

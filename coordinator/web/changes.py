@@ -93,8 +93,7 @@ async def bounded_change(
 def _unconfirmed(outcome: Outcome, exc: NotConfirmed) -> Outcome:
     """The answer to a change no replica confirmed in time: 202, saying so."""
     body = dict(outcome.body)
-    counted = (f"{exc.acked} of {exc.wanted} replicas" if exc.acked is not None
-               else f"no answer: {exc.why}")
+    counted = exc.counted
     said = f"; {body['detail']}" if "detail" in body else ""
     body["confirmed"] = False
     body["detail"] = (
