@@ -44,8 +44,22 @@ async def coordinator(server: LocalRedis, **extra: object) -> AsyncIterator[http
 
 def hang(server: LocalRedis, seconds: int) -> socket.socket:
     """Make the server sleep for ``seconds`` from now: every command sent after this one
-    waits. Returns the connection that sent it (close it, or kill the server)."""
-    sock = socket.create_connection((server.host, server.port))
+    waits. Returns the connection that sent it (close it, or kill the server).
+
+    The connection answers a ``PING`` first: the server accepts a new connection in one turn
+    of its event loop and reads it in a later one, so a ``DEBUG SLEEP`` sent on a connection
+    just opened could be read after a command that an established connection (the app's
+    pool) sent just after it, and that command would be answered before the sleep (a pause
+    answered "not confirmed: Timeout reading" by its ``WAIT``, instead of 504). Accepted and
+    read once, the connection is read no later than one whose bytes came after its own."""
+    sock = socket.create_connection((server.host, server.port), timeout=GUARD_S)
+    sock.sendall(b"PING\r\n")
+    answer = b""
+    while not answer.endswith(b"\r\n"):
+        chunk = sock.recv(64)
+        assert chunk, "the server closed the connection before answering PING"
+        answer += chunk
+    assert answer == b"+PONG\r\n", answer
     sock.sendall(b"DEBUG SLEEP %d\r\n" % seconds)
     return sock
 
