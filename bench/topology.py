@@ -219,7 +219,7 @@ class SentinelGroup(_Topology):
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}; {self.describe()}") from None
 
-    def describe(self, log_lines: int = 12) -> str:
+    def describe(self, log_lines: int = 40) -> str:
         """What each sentinel names as the master, each server's replication role, and the
         last lines of each sentinel's log (its +/- events): the text of a failover timeout."""
         parts: list[str] = []
