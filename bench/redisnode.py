@@ -159,11 +159,13 @@ class Node:
         with self.client() as c:
             return dict(c.info(section))
 
-    def log_tail(self, lines: int = 5) -> str:
+    def log(self) -> str:
+        """What the server logged so far (a sentinel: its +/- events); empty before it did."""
         path = self.dir / "server.log"
-        if not path.exists():
-            return ""
-        return " | ".join(path.read_text(errors="replace").splitlines()[-lines:])
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def log_tail(self, lines: int = 5) -> str:
+        return " | ".join(self.log().splitlines()[-lines:])
 
     def kill(self) -> None:
         """SIGKILL (a frozen process too) and wait for it."""

@@ -240,9 +240,7 @@ class SentinelGroup(_Topology):
             except (RedisError, OSError) as exc:
                 parts.append(f"{n}: {exc!r}")
         for s in self.sentinels:
-            log = s.dir / "server.log"
-            tail = log.read_text(errors="replace").splitlines()[-log_lines:] \
-                if log.exists() else []
+            tail = s.log().splitlines()[-log_lines:]
             parts.append(f"{s} log:\n  " + "\n  ".join(tail))
         return "\n".join(parts)
 

@@ -44,12 +44,7 @@ from tests.failoverkit import (
 from tests.fleetkit import FLEETGATE, ROOT, run_cli
 from tests.hakit import logs, pools, until_following, until_pools
 from tests.procs import AUTH, TOKEN, Processes, ReplicaProcess, enqueue, replica_processes
-from tests.topology import (  # noqa: F401 (the fixture)
-    SERVICE,
-    Node,
-    SentinelGroup,
-    sentinel_group_fixture,
-)
+from tests.topology import SERVICE, SentinelGroup, sentinel_group_fixture  # noqa: F401
 
 FLEET = "orders"
 """The fleet of the ACL case: its replica user is ``replica-orders``."""
@@ -63,12 +58,6 @@ USERS_ACL = ROOT / "deploy" / "k8s" / "base" / "redis" / "users.acl"
 REPLICAS = 3
 ITEMS = 2000
 """More than the replicas can work through before the pause (0.05 s each, 2 workers each)."""
-
-
-def sentinel_log(sentinel: Node) -> str:
-    """What a sentinel logged (its +/- events)."""
-    path = sentinel.dir / "server.log"
-    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def load_deploy_users(group: SentinelGroup, rendered: Path) -> None:
@@ -175,7 +164,7 @@ async def lost_write_drill(
                 tried = f"+try-failover master {SERVICE} {new.host} {new.port}"
                 assert resumed.returncode == 0 or (
                     resumed.returncode == 4 and "a failover may be replacing it" in
-                    resumed.stderr and any(tried in sentinel_log(s) for s in
+                    resumed.stderr and any(tried in s.log() for s in
                                            sentinel_group.sentinels)), (
                     resumed.stderr + "\n" + await asyncio.to_thread(sentinel_group.describe))
                 await until("items to start again after the resume",

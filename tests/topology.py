@@ -10,7 +10,8 @@ Stable API (other test modules rely on it; extend it, do not change it):
     (``(host, port)``), ``url`` (``redis://host:port/0``), ``pid``, ``running``; ``client()``
     a synchronous ``redis.Redis`` (str replies) the caller closes; ``kill()`` (SIGKILL, waits),
     ``start()`` (again, same port and directory), ``freeze()`` (SIGSTOP) and ``thaw()``
-    (SIGCONT), ``stop()`` (SIGTERM, then SIGKILL).
+    (SIGCONT), ``stop()`` (SIGTERM, then SIGKILL), ``log()`` (what it logged so far: a
+    sentinel's +/- events).
 
 ``SentinelGroup`` (fixture ``sentinel_group``)
     One master, one replica (``servers``: the master first, as started) and three sentinels

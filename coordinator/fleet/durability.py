@@ -49,6 +49,7 @@ from redis.exceptions import RedisError, ResponseError
 from replica.contract import FleetState, text
 from replica.errors import ContractError, FleetgateError
 from replica.link.connect import pool_for
+from replica.link.diagnose import short
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ REPLICAS_CACHE_S: Final = 1.0
 """How long the count of connected replicas (``ROLE``) is taken as still true."""
 READ_MARGIN_S: Final = 1.0
 """Past ``WAIT``'s own timeout, how long its answer may take to come back."""
+_SAID: Final = 200
+"""The most characters of one answer (a sentinel's error, flags or address) a message quotes."""
 
 
 class Unconfirmed(FleetgateError):
@@ -152,9 +155,8 @@ class Durability:
         self.timeout_s = timeout_s
         self._replicas: int | None = None
         self._seen_at = float("-inf")
-        self._role_refused = False
-        self.doubt = ""
-        """Why the last ``replicas()`` could not tell (None), for the caller's message."""
+        self._role_refused = ""
+        """``ROLE``'s refusal, once refused: every change waits from then on."""
 
     def __repr__(self) -> str:
         return f"Durability({self.min_replicas_ack}, {self.timeout_s:g})"
@@ -163,34 +165,33 @@ class Durability:
         """What one change passes to its script call as ``then`` (None when off)."""
         return Confirmation(self) if self.min_replicas_ack > 0 else None
 
-    async def replicas(self, conn: Any) -> int | None:
+    async def replicas(self, conn: Any) -> tuple[int | None, str]:
         """Replicas connected to the server of ``conn`` (``ROLE``; a count above 0 remembered
-        for a moment, 0 asked again each time: no replica is what skips ``WAIT``); None when it
-        cannot be told, or when a Sentinel primary without replicas is not the master every
-        sentinel names, or is being failed over (``_not_named_alone``); ``doubt`` then says why."""
+        for a moment, 0 asked again each time: no replica is what skips ``WAIT``), and why not
+        when the count is None: it cannot be told, or a Sentinel primary without replicas is
+        not the master every sentinel names, or is being failed over (``_not_named_alone``).
+        The reason is returned, not kept: changes run at once on one rule."""
         if self._role_refused:
-            return None
-        self.doubt = ""
+            return None, self._role_refused
         if self._replicas and time.monotonic() - self._seen_at < REPLICAS_CACHE_S:
-            return self._replicas
+            return self._replicas, ""
         await conn.send_command("ROLE")
         try:
             reply = await conn.read_response()
         except ResponseError as exc:  # NOPERM, or a service without ROLE
-            self._role_refused = True
-            self.doubt = f"ROLE refused: {exc}"
+            self._role_refused = f"ROLE refused: {short(exc)}"
             log.warning("cannot tell whether Redis has replicas (ROLE: %s): every change waits "
                         "for %d to confirm it; set FLEETGATE_MIN_REPLICAS_ACK=0 where there are "
                         "none", exc, self.min_replicas_ack)
-            return None
+            return None, self._role_refused
         count = len(reply[2]) if text(reply[0]) == "master" and len(reply) > 2 else None
-        self.doubt = "" if count is not None else f"ROLE answered {text(reply[0])!r}"
+        doubt = "" if count is not None else f"ROLE answered {text(reply[0])[:_SAID]!r}"
         if count == 0 and isinstance(conn, SentinelManagedConnection):
-            self.doubt = await _not_named_alone(conn)
-            if self.doubt:
+            doubt = await _not_named_alone(conn)
+            if doubt:
                 count = None  # a primary a failover may be replacing: what it takes is lost
         self._replicas, self._seen_at = count, time.monotonic()
-        return count
+        return count, doubt
 
 
 class Confirmation:
@@ -204,16 +205,17 @@ class Confirmation:
         self.acked: int | None = None
         self.why = ""
         self.doubt = ""
-        """Why ``WAIT`` was sent although the primary showed no replica (``Durability.doubt``)."""
+        """Why ``WAIT`` was sent although the primary showed no replica (``Durability.replicas``)."""
 
     async def __call__(self, conn: Any) -> None:
         """Never raises but ``CancelledError``: the change is made whatever this finds."""
         rule = self.rule
         self.waited, self.acked, self.why, self.doubt = False, None, "", ""
         try:
-            if await rule.replicas(conn) == 0:
+            count, doubt = await rule.replicas(conn)
+            if count == 0:
                 return
-            self.waited, self.doubt = True, rule.doubt
+            self.waited, self.doubt = True, doubt
             await conn.send_command("WAIT", rule.min_replicas_ack, _ms(rule.timeout_s))
             self.acked = int(await conn.read_response(timeout=rule.timeout_s + READ_MARGIN_S))
         except asyncio.CancelledError:
@@ -275,21 +277,25 @@ async def _not_named_alone(conn: Any) -> str:
     for sentinel, state in zip(sentinels, answers, strict=True):
         where = _address(sentinel)
         if isinstance(state, RedisError | OSError | TimeoutError):
-            said = " ".join(str(state).split()) or type(state).__name__
-            reasons.append(f"sentinel {where} did not say it is the master ({said})")
+            reasons.append(f"sentinel {where} did not say it is the master "
+                           f"({short(state)[:_SAID]})")
             continue
         if isinstance(state, BaseException):
             raise state  # CancelledError, or a defect: Confirmation says it was not confirmed
+        if not isinstance(state, dict):
+            reasons.append(f"sentinel {where} answered {str(state)[:_SAID]!r}, not a master's "
+                           "state")
+            continue
         flags = state.get("flags", "")
-        flagged = sorted(flags) if isinstance(flags, set | frozenset | list) \
+        flagged = sorted(map(str, flags)) if isinstance(flags, set | frozenset | list) \
             else str(flags).split(",")
-        named = (str(state.get("ip")), int(state.get("port", 0)))
-        if named != here:
+        named = (str(state.get("ip"))[:_SAID], str(state.get("port"))[:_SAID])
+        if named != (here[0], str(here[1])):
             reasons.append(f"sentinel {where} names {named[0]}:{named[1]} as the master, not "
                            f"{here[0]}:{here[1]}")
         elif "failover_in_progress" in flagged or not state.get("is_master", True):
-            reasons.append(f"sentinel {where} flags it {','.join(flagged)}: a failover may be "
-                           "replacing it")
+            reasons.append(f"sentinel {where} flags it {','.join(flagged)[:_SAID]}: a failover "
+                           "may be replacing it")
     return f"{alone}, and {'; '.join(reasons)}" if reasons else ""
 
 
