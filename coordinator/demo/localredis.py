@@ -27,6 +27,17 @@ log = logging.getLogger(__name__)
 _ports: Iterator[int] | None = None
 _span = 0
 
+BROWSER_BLOCKED_PORTS = frozenset({
+    1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101,
+    102, 103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389,
+    427, 465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636,
+    989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566,
+    6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080,
+})
+"""The Fetch standard's "bad ports": a browser refuses to load a page from them
+(``net::ERR_UNSAFE_PORT``), so ``free_port`` never hands one out (the dashboard is served on
+one of its ports; 10080 fell in a test worker's range and failed a dashboard test)."""
+
 
 def use_ports(start: int, stop: int) -> None:
     """Take ports from ``[start, stop)`` in turn (wrapping round, skipping busy ones) instead
@@ -51,14 +62,18 @@ def free_port(host: str = "127.0.0.1", also_free: int = 0) -> int:
     (a cluster node's bus port)."""
     if _ports is None:
         if not also_free:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind((host, 0))
-                return int(sock.getsockname()[1])
+            for _ in range(100):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                    sock.bind((host, 0))
+                    port = int(sock.getsockname()[1])
+                if port not in BROWSER_BLOCKED_PORTS:
+                    return port
         candidates: Iterator[int] = (random.randint(20000, 65535 - also_free) for _ in range(1000))
     else:
         candidates = itertools.islice(_ports, _span)
     for port in candidates:
-        if _bindable(host, port) and (not also_free or _bindable(host, port + also_free)):
+        if port not in BROWSER_BLOCKED_PORTS and _bindable(host, port) \
+                and (not also_free or _bindable(host, port + also_free)):
             return port
     raise RuntimeError("no free port" + (f" pair (+{also_free})" if also_free else ""))
 
