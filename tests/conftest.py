@@ -47,6 +47,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--compat", choices=sorted(compatkit.BY_NAME), default=None,
                      help="run as this cell of the compatibility matrix (tests/compatkit.py): "
                           "its server, transport and protocol")
+    parser.addoption("--store-durations", action="store_true", default=False,
+                     help="write each file's seconds into tests/durations.json (or $FLEETGATE_TEST_"
+                          "DURATIONS): the order in which a parallel run hands out the files "
+                          "(tests/schedule.py)")
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -62,10 +66,24 @@ def pytest_configure(config: pytest.Config) -> None:
         compatkit.configure(config.getoption("--compat"))
     except RuntimeError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if config.getoption("--store-durations") and "PYTEST_XDIST_WORKER" not in os.environ:
+        from tests import schedule
+
+        config.pluginmanager.register(schedule.Recorder(schedule.durations_path()), "durations")
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     index = int(worker.removeprefix("gw") or 0) % 4
     start = PORTS_BASE + index * PORTS_PER_WORKER
     use_ports(start, start + PORTS_PER_WORKER)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile`` hands the files out longest first (tests/schedule.py)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from tests import schedule
+
+    return schedule.LongestFirst(config, log)
 
 
 def _testcontainers_url() -> tuple[str, object] | None:
@@ -283,13 +301,7 @@ async def _no_leaked_tasks() -> AsyncIterator[None]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every async test gets the leaked-task check; a compatibility cell's skips apply; the
-    files holding a ``slow`` test come first (their order kept, each file whole), so that
-    ``--dist loadfile`` hands the long files out while every worker is still busy, not last
-    to one worker while the others stand idle."""
-    slow_files = {item.nodeid.split("::", 1)[0] for item in items
-                  if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow_files)
+    """Every async test gets the leaked-task check; a compatibility cell's skips apply."""
     cell = compatkit.current()
     for item in items:
         if (why := compatkit.skip_reason(cell, item.nodeid)) is not None:
