@@ -23,7 +23,22 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         made_policy=1
         trap '[ "$made_policy" = 1 ] && rm -f "$policy"' EXIT
     fi
-    { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"; } >/tmp/fleetgate-apt.log 2>&1 \
+    # another apt or dpkg run (an unattended upgrade, the user's own install) holds apt's locks
+    # for a while: wait for them (5 minutes at most) instead of failing and skipping tests.
+    # install waits by itself (DPkg::Lock::Timeout); update does not, so it is tried again
+    # while, and only while, what it says is that a lock is held.
+    lock=(-o DPkg::Lock::Timeout=300)
+    apt_update() {
+        local tries=0 said
+        until said=$(apt-get "${lock[@]}" update -qq 2>&1); do
+            echo "$said"
+            [[ $said == *"Could not get lock"* ]] && [ $((tries += 1)) -le 60 ] || return 1
+            sleep 5
+        done
+        echo "$said"
+    }
+    : >/tmp/fleetgate-apt.log
+    { apt_update && apt-get "${lock[@]}" install -y -qq --no-install-recommends "${need[@]}"; } >>/tmp/fleetgate-apt.log 2>&1 \
         || echo "ensure-tools: apt-get failed (see /tmp/fleetgate-apt.log); the tests that need ${need[*]} will skip"
 else
     echo "ensure-tools: ${need[*]} missing and apt-get unavailable; the tests that need them will skip"
