@@ -4,11 +4,11 @@ a Redis call that hangs included (issue 10, section 1).
 Each case starts one command through ``processes`` (default signal dispositions, however the
 suite itself was started) against a Redis of its own, waits until the command runs (an event
 it shows: a line it prints, ``/healthz``, the state it wrote), hangs that Redis for some cases
-(``CLIENT PAUSE ... ALL``: every call waits, a new connection's too, for ``HANG_S``), loads
-every core with a CPU burner, and sends the signal at a random moment (seeded by
-``FLEETGATE_SIGNAL_SEED``, printed with the figures). It measures from the signal to the exit
-and holds the command to ``LIMIT_S``: the promised second plus slack for a loaded 2-core
-machine, far below ``HANG_S``. The exit status is the one the command documents, and stderr
+(``CLIENT PAUSE ... ALL``: every call waits, a new connection's too, for ``HANG_S``), keeps
+every core busy (a CPU burner for each core that no other work keeps busy), and sends the
+signal at a random moment (seeded by ``FLEETGATE_SIGNAL_SEED``, printed with the figures).
+It measures from the signal to the exit and holds the command to ``LIMIT_S``: the promised
+second plus slack for a loaded 2-core machine, far below ``HANG_S``. The exit status is the one the command documents, and stderr
 holds no traceback. ``-s`` shows one ``signal-figure`` line per case.
 """
 
@@ -99,13 +99,37 @@ CASES = [
 # ---------------------------------------------------------------------------- helpers
 
 
+def _running(pid: int) -> bool:
+    try:  # "pid (comm) state ...": the command name may hold spaces and parentheses
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "R"
+    except (OSError, IndexError):
+        return False
+
+
+def busy_elsewhere(command: int) -> int:
+    """How many threads are running or ready to run right now besides this process and
+    ``command`` (the kernel's ``procs_running``; 0 where there is no /proc)."""
+    try:
+        stat = Path("/proc/stat").read_text()
+    except OSError:
+        return 0
+    found = re.search(r"^procs_running (\d+)$", stat, re.MULTILINE)
+    if found is None:
+        return 0
+    return max(0, int(found.group(1)) - 1 - _running(command))
+
+
 @contextlib.contextmanager
-def cpus_burning(processes: Processes) -> Iterator[None]:
-    """One busy loop per core for the duration of the block."""
+def cpus_burning(processes: Processes, command: int) -> Iterator[None]:
+    """Every core busy for the duration of the block, so that ``command`` competes for one:
+    a busy loop for each core that other work (the suite's other workers, in a parallel
+    run) does not already keep busy. Burning cores that are busy anyway would only take
+    them from the rest of the suite, not load the command any more."""
+    cores = os.cpu_count() or 2
     burners = [
         processes.start([sys.executable, "-c", "while True: pass"],
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(os.cpu_count() or 2)
+        for _ in range(max(0, cores - busy_elsewhere(command)))
     ]
     try:
         yield
@@ -280,6 +304,15 @@ async def busy(command: str, server: LocalRedis, fleet: str) -> None:
                 await asyncio.sleep(0.02)
 
 
+def test_a_busy_loop_elsewhere_counts_as_a_busy_core(processes: Processes) -> None:
+    loop = processes.start([sys.executable, "-c", "while True: pass"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert loop.poll() is None
+    if not Path("/proc/stat").exists():
+        pytest.skip("no /proc here: every core gets a burner")
+    assert busy_elsewhere(command=0) >= 1  # the loop is always running or ready to run
+
+
 # ---------------------------------------------------------------------------- the promise
 
 
@@ -293,7 +326,7 @@ async def test_every_long_running_command_ends_within_a_second_of_a_signal(
     if not case.hung:
         await busy(case.command, private_redis, fleet_name)
     try:
-        with cpus_burning(processes):
+        with cpus_burning(processes, running.proc.pid):
             if case.hung:
                 await hang(private_redis)
             async with request_in_flight(running) if case.hung else contextlib.nullcontext():
