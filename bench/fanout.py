@@ -36,7 +36,9 @@ from coordinator import Fleet
 from coordinator.demo.localredis import LocalRedis
 
 SIZES = (10,) if QUICK else (10, 100, 1000)
-PROCESSES = 4
+PROCESSES = 2 if QUICK else 4
+"""Processes the replicas (and the baseline's raw subscribers) are spread over: each is an
+interpreter to start, which the quick run inside `make test` keeps to a minimum."""
 ROUNDS = 2 if QUICK else 15
 WARMUP = 1 if QUICK else 2
 """Rounds run first and not counted, for both sides: the first deliveries after a start are

@@ -27,7 +27,7 @@ from typing import Any
 from bench import QUICK
 from coordinator.demo.localredis import LocalRedis
 
-ROUNDS = 5 if QUICK else 15
+ROUNDS = 2 if QUICK else 15
 FLEETGATE = str(Path(sys.executable).with_name("fleetgate"))
 
 
