@@ -106,6 +106,9 @@ class Cell:
     protocol: int
     """The RESP version of the shared server's URL (``?protocol=2``; 3 is redis-py's default)."""
     tests: tuple[str, ...]
+    """What the cell runs, in this order: each scenario (a topology started, a failover: the
+    longest tests by far) first, so that its worker starts it while the others share out the
+    control-plane tests, rather than last, alone."""
 
     @property
     def transport(self) -> str:
@@ -124,8 +127,8 @@ class Cell:
 MAIN: Final = Cell("main", "redis7", tls=False, protocol=3, tests=("tests",))
 CELLS: Final = (
     Cell("valkey9", "valkey9", tls=False, protocol=3,
-         tests=(*CONTROL_PLANE, SENTINEL, CLUSTER)),
-    Cell("redis7-tls-resp2", "redis7", tls=True, protocol=2, tests=(*CONTROL_PLANE, SENTINEL)),
+         tests=(SENTINEL, CLUSTER, *CONTROL_PLANE)),
+    Cell("redis7-tls-resp2", "redis7", tls=True, protocol=2, tests=(SENTINEL, *CONTROL_PLANE)),
 )
 BY_NAME: Final = {cell.name: cell for cell in CELLS}
 
