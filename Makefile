@@ -52,7 +52,6 @@ test: $(TSTAMP)
 	bash scripts/ensure-tools.sh
 	$(VENV)/bin/ruff check replica coordinator tests bench
 	$(VENV)/bin/mypy
-	$(MAKE) chaos-ci
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(VENV)/site
 	$(TEST_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 	$(TEST_ENV) $(PY) -m tests.compatkit -n $(TEST_WORKERS)
@@ -64,7 +63,8 @@ bench: $(STAMP)
 chaos: $(STAMP)
 	$(PY) -m bench.chaos --duration 600
 
-# The 60 s run of `make test`: its seed comes from the commit (git rev-parse HEAD, or the time
+# The 60 s run of `make test` (tests/test_chaos_ci.py runs it beside the suite's other tests
+# and prints its first and last lines at the end): its seed comes from the commit (git rev-parse HEAD, or the time
 # outside a git checkout) and is printed, so a failure can be replayed with --seed N; the seed
 # also chooses the topology (single, sentinel or cluster: each in turn, commit by commit).
 chaos-ci: $(STAMP)

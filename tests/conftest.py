@@ -300,6 +300,18 @@ async def _no_leaked_tasks() -> AsyncIterator[None]:
         pytest.fail(f"the test leaked {len(leaked)} task(s): {names}")
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The lines a test asked to show whatever its outcome (``record_property("summary",
+    line)``: the seeded chaos run's seed and verdict), after the run's own summary."""
+    lines = [str(value) for outcome in ("passed", "failed")
+             for report in terminalreporter.stats.get(outcome, [])
+             for key, value in getattr(report, "user_properties", ()) if key == "summary"]
+    if lines:
+        terminalreporter.write_sep("-", "summary lines")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every async test gets the leaked-task check; a compatibility cell's skips apply."""
     cell = compatkit.current()
