@@ -17,7 +17,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TSTAMP := $(VENV)/.installed-test
 
-.PHONY: demo test bench chaos chaos-ci lint typecheck clean install which-python
+.PHONY: demo test test-durations bench chaos chaos-ci lint typecheck clean install which-python
 
 FIND_PYTHON = py="$(PYTHON)"; [ -n "$$py" ] || py="$$($(SHELL) scripts/find-python.sh)" || exit 1
 
@@ -55,6 +55,11 @@ test: $(TSTAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(VENV)/site
 	$(TEST_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 	$(TEST_ENV) $(PY) -m tests.compatkit -n $(TEST_WORKERS)
+
+# Measures every test file again: tests/durations.json, the order in which `make test` hands
+# the files out to its workers, longest first (tests/schedule.py).
+test-durations: $(TSTAMP)
+	$(TEST_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --store-durations
 
 bench: $(STAMP)
 	$(PY) -m bench

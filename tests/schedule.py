@@ -11,8 +11,8 @@ a third of the run.
 longest-processing-time rule: with files handed to whichever worker frees first, the run ends
 within 4/3 of the best order). The seconds are ``tests/durations.json``, written by a run with
 ``--store-durations`` (every phase of every test of a file, summed, on the worker that ran
-it); a file it does not name (a new one) counts ``UNKNOWN_S``. The figures only order the
-work: a stale one makes the run slower, never wrong.
+it); a file it does not name (a new one) goes first (``UNKNOWN_S``). The figures only order
+the work: a stale one makes the run slower, never wrong.
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ def durations_path() -> Path:
     named = os.environ.get(DURATIONS_ENV)
     return Path(named) if named else Path(__file__).resolve().with_name("durations.json")
 
-UNKNOWN_S: Final = 1.0
-"""The seconds of a file ``durations.json`` does not name: about the median file's."""
+UNKNOWN_S: Final = float("inf")
+"""The seconds of a file ``durations.json`` does not name (a new one): it goes first, since a
+short file handed out early costs nothing and a long one handed out last ends the run alone
+(a new 90-second test counted as one second did: a minute and a half of tail)."""
 
 
 def load(path: Path | None = None) -> dict[str, float]:
