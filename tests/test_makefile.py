@@ -157,33 +157,37 @@ def test_installing_tools_ends_no_process_it_did_not_start(tmp_path: Path) -> No
         theirs.wait()
 
 
+def _as_root_with_apt(tmp_path: Path, apt_get: str) -> subprocess.CompletedProcess[str]:
+    """ensure-tools.sh run as root (a fake ``id``) with nothing installed and ``apt-get`` the
+    given bash body."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _link(bin_dir, "printf", "chmod", "rm", "sleep", "wc")
+    (bin_dir / "id").write_text("#!" + BASH + "\necho 0\n")
+    (bin_dir / "apt-get").write_text("#!" + BASH + "\n" + apt_get)
+    for name in ("id", "apt-get"):
+        (bin_dir / name).chmod(0o755)
+    return subprocess.run(
+        [BASH, str(ROOT / "scripts" / "ensure-tools.sh")],
+        env={"PATH": str(bin_dir), "POLICY_RC_D": str(tmp_path / "policy-rc.d")},
+        capture_output=True, text=True, timeout=60,
+    )
+
+
 def test_an_apt_lock_held_by_another_run_is_waited_for_not_taken_as_a_failure(
     tmp_path: Path,
 ) -> None:
     """apt-get update has no lock timeout: while it says another run holds its lock, the
     installer tries again (bounded), then installs; install itself is told to wait."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _link(bin_dir, "printf", "chmod", "rm", "sleep")
     calls = tmp_path / "calls"
-    (bin_dir / "id").write_text("#!" + BASH + "\necho 0\n")
-    (bin_dir / "apt-get").write_text(
-        "#!" + BASH + "\n"
+    done = _as_root_with_apt(tmp_path, (
         f'echo "$*" >> "{calls}"\n'
         f'if [[ " $* " == *" update "* ]] && [ "$(wc -l < "{calls}")" -lt 3 ]; then\n'
         '  echo "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 1 (apt-get)"\n'
         "  exit 100\n"
         "fi\n"
         "exit 0\n"
-    )
-    _link(bin_dir, "wc")
-    for name in ("id", "apt-get"):
-        (bin_dir / name).chmod(0o755)
-    done = subprocess.run(
-        [BASH, str(ROOT / "scripts" / "ensure-tools.sh")],
-        env={"PATH": str(bin_dir), "POLICY_RC_D": str(tmp_path / "policy-rc.d")},
-        capture_output=True, text=True, timeout=60,
-    )
+    ))
     assert done.returncode == 0, done.stderr
     assert "apt-get failed" not in done.stdout, done.stdout
     said = calls.read_text().splitlines()
@@ -193,19 +197,7 @@ def test_an_apt_lock_held_by_another_run_is_waited_for_not_taken_as_a_failure(
 
 
 def test_an_apt_failure_that_is_not_a_lock_is_said_at_once(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _link(bin_dir, "printf", "chmod", "rm", "sleep")
-    (bin_dir / "id").write_text("#!" + BASH + "\necho 0\n")
-    (bin_dir / "apt-get").write_text(
-        "#!" + BASH + '\necho "E: The repository is not signed." >&2\nexit 100\n')
-    for name in ("id", "apt-get"):
-        (bin_dir / name).chmod(0o755)
-    done = subprocess.run(
-        [BASH, str(ROOT / "scripts" / "ensure-tools.sh")],
-        env={"PATH": str(bin_dir), "POLICY_RC_D": str(tmp_path / "policy-rc.d")},
-        capture_output=True, text=True, timeout=30,
-    )
+    done = _as_root_with_apt(tmp_path, 'echo "E: The repository is not signed." >&2\nexit 100\n')
     assert done.returncode == 0, done.stderr
     assert "ensure-tools: apt-get failed" in done.stdout, done.stdout
 
