@@ -18,6 +18,7 @@ the work: a stale one makes the run slower, never wrong.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -34,6 +35,7 @@ def durations_path() -> Path:
     named = os.environ.get(DURATIONS_ENV)
     return Path(named) if named else Path(__file__).resolve().with_name("durations.json")
 
+
 UNKNOWN_S: Final = float("inf")
 """The seconds of a file ``durations.json`` does not name (a new one): it goes first, since a
 short file handed out early costs nothing and a long one handed out last ends the run alone
@@ -42,7 +44,8 @@ short file handed out early costs nothing and a long one handed out last ends th
 
 def load(path: Path | None = None) -> dict[str, float]:
     """The seconds of each file (``tests/test_x.py``); none when the file is missing or is not
-    a JSON object of numbers (ordering is a hint: a broken table never fails a run)."""
+    a JSON object, and no entry that is not a finite number (JSON's ``NaN`` would leave the
+    order undefined): ordering is a hint, and a broken table never fails a run."""
     try:
         data: Any = json.loads((path or durations_path()).read_text())
     except (OSError, ValueError):
@@ -50,7 +53,8 @@ def load(path: Path | None = None) -> dict[str, float]:
     if not isinstance(data, dict):
         return {}
     return {str(name): float(seconds) for name, seconds in data.items()
-            if isinstance(seconds, (int, float)) and not isinstance(seconds, bool)}
+            if isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+            and math.isfinite(seconds)}
 
 
 def order(files: list[str], seconds: dict[str, float]) -> list[str]:

@@ -54,6 +54,8 @@ def test_a_missing_or_broken_table_orders_nothing_and_fails_nothing(tmp_path: Pa
     assert schedule.load(tmp_path / "list.json") == {}
     (tmp_path / "mixed.json").write_text('{"a.py": 3, "b.py": "x", "c.py": true, "d.py": 1.5}')
     assert schedule.load(tmp_path / "mixed.json") == {"a.py": 3.0, "d.py": 1.5}
+    (tmp_path / "odd.json").write_text('{"a.py": NaN, "b.py": Infinity, "c.py": 2}')
+    assert schedule.load(tmp_path / "odd.json") == {"c.py": 2.0}
 
 
 def test_the_suites_own_table_names_its_longest_files() -> None:
