@@ -69,9 +69,10 @@ chaos: $(STAMP)
 	$(PY) -m bench.chaos --duration 600
 
 # The 60 s run of `make test` (tests/test_chaos_ci.py runs it beside the suite's other tests
-# and prints its first and last lines at the end): its seed comes from the commit (git rev-parse HEAD, or the time
-# outside a git checkout) and is printed, so a failure can be replayed with --seed N; the seed
-# also chooses the topology (single, sentinel or cluster: each in turn, commit by commit).
+# and prints its first and last lines at the end): its seed comes from the commit (git
+# rev-parse HEAD, or the time outside a git checkout) and is printed, so a failure can be
+# replayed with --seed N; the seed also chooses the topology (single, sentinel or cluster:
+# each in turn, commit by commit).
 chaos-ci: $(STAMP)
 	$(PY) -m bench.chaos --seed commit --topology seed --duration 60
 

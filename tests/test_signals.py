@@ -8,8 +8,9 @@ it shows: a line it prints, ``/healthz``, the state it wrote), hangs that Redis 
 every core busy (a CPU burner for each core that no other work keeps busy), and sends the
 signal at a random moment (seeded by ``FLEETGATE_SIGNAL_SEED``, printed with the figures).
 It measures from the signal to the exit and holds the command to ``LIMIT_S``: the promised
-second plus slack for a loaded 2-core machine, far below ``HANG_S``. The exit status is the one the command documents, and stderr
-holds no traceback. ``-s`` shows one ``signal-figure`` line per case.
+second plus slack for a loaded 2-core machine, far below ``HANG_S``. The exit status is the
+one the command documents, and stderr holds no traceback. ``-s`` shows one ``signal-figure``
+line per case.
 """
 
 from __future__ import annotations
